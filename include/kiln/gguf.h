@@ -1,0 +1,134 @@
+#pragma once
+// GGUF (versions 2 and 3) read over a read-only mmap, and written by tools and tests.
+// Every count, offset, dimension and length is validated with overflow-safe arithmetic;
+// a bad file throws kiln::Error naming the file and the field.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/tensor_type.h"
+
+namespace kiln::gguf {
+
+enum class ValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+const char* value_type_name(ValueType t);
+
+// One metadata value. Scalars keep their exact type; arrays hold their element type and
+// items (which may be arrays again).
+struct Value {
+  ValueType type = ValueType::UINT32;
+  uint64_t u = 0;     // UINT*, BOOL
+  int64_t i = 0;      // INT*
+  double f = 0;       // FLOAT*
+  std::string s;      // STRING
+  ValueType elem_type = ValueType::UINT8;  // ARRAY
+  std::vector<Value> items;                // ARRAY
+
+  bool is_integer() const;
+  bool is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }
+  // Human-readable rendering (arrays abbreviated after `max_items`).
+  std::string to_string(size_t max_items = 8) const;
+
+  static Value of_u32(uint32_t v);
+  static Value of_i32(int32_t v);
+  static Value of_u64(uint64_t v);
+  static Value of_f32(float v);
+  static Value of_bool(bool v);
+  static Value of_string(std::string v);
+  static Value of_array(ValueType elem_type, std::vector<Value> items);
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> dims;  // dims[0] is the contiguous (row) dimension, as in ggml
+  TensorType type = TensorType::F32;
+  uint64_t offset = 0;         // relative to the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  const uint8_t* data = nullptr;  // inside the mapping
+
+  uint64_t rows() const;          // product of dims[1..]
+  uint64_t row_bytes() const;     // bytes of one dims[0] row
+};
+
+class File {
+ public:
+  // Maps and validates the whole header and tensor table; throws kiln::Error.
+  static std::unique_ptr<File> open(const std::string& path);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t file_size() const { return size_; }
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+  const Value* find(std::string_view key) const;
+  const TensorInfo* find_tensor(std::string_view name) const;
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+
+  // Typed accessors: absent key -> fallback (or an error naming the key if required);
+  // present with an incompatible type -> an error naming the key and both types.
+  uint64_t get_uint(std::string_view key) const;  // required
+  uint64_t get_uint(std::string_view key, uint64_t fallback) const;
+  int64_t get_int(std::string_view key, int64_t fallback) const;
+  double get_float(std::string_view key) const;   // required
+  double get_float(std::string_view key, double fallback) const;
+  bool get_bool(std::string_view key, bool fallback) const;
+  std::string get_string(std::string_view key) const;  // required
+  std::string get_string(std::string_view key, const std::string& fallback) const;
+  std::vector<std::string> get_string_array(std::string_view key) const;  // required
+  std::vector<float> get_float_array(std::string_view key) const;         // empty if absent
+  std::vector<int32_t> get_int_array(std::string_view key) const;         // empty if absent
+
+ private:
+  File() = default;
+  void parse();
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// Builds a GGUF v3 file in memory order and writes it. Used by tools/ and tests.
+class Writer {
+ public:
+  void set(const std::string& key, Value value);  // replaces an existing key
+  void add_tensor(const std::string& name, TensorType type, std::vector<uint64_t> dims,
+                  std::vector<uint8_t> data);
+  void set_alignment(uint64_t alignment);
+  // Writes the file; throws kiln::Error on I/O failure.
+  void write(const std::string& path) const;
+  // The same bytes as write() would produce.
+  std::vector<uint8_t> to_bytes() const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    TensorType type;
+    std::vector<uint64_t> dims;
+    std::vector<uint8_t> data;
+  };
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::vector<PendingTensor> tensors_;
+  uint64_t alignment_ = 32;
+};
+
+}  // namespace kiln::gguf

@@ -1,0 +1,78 @@
+#pragma once
+// The single dispatch point for numeric kernels. Kernels know nothing of models, files
+// or threads: the runtime splits work (by output rows) and calls these on its slices.
+//
+// Contract every ISA keeps (tests check it against kernels/scalar on random inputs):
+//  * Results match the scalar reference within float rounding (tests state the bound).
+//  * gemm: Y[b][r] depends only on W row r, X row b and k; never on r0/r1/n_batch or on
+//    how a caller split the rows. That is what makes greedy output identical at any
+//    thread count.
+//  * No allocation, no threads, no global state beyond the table chosen at startup.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/tensor_type.h"
+
+namespace kiln::kernels {
+
+enum class Isa { scalar, avx2, avx512 };
+const char* isa_name(Isa isa);
+
+// Y[b * ldy + r] = sum_{i<k} W_r[i] * X[b * ldx + i]   for b < n_batch, r0 <= r < r1.
+// Row r of W starts at (const char*)w + r * w_row_bytes and holds k values of w_type.
+struct GemmArgs {
+  TensorType w_type;
+  const void* w;
+  size_t w_row_bytes;
+  const float* x;
+  size_t ldx;
+  float* y;
+  size_t ldy;
+  size_t k;
+  size_t n_batch;
+  size_t r0, r1;
+};
+
+struct Ops {
+  Isa isa;
+
+  // Supported weight types of gemm; false for the rest (the loader reports them).
+  bool (*gemm_supports)(TensorType w_type);
+  void (*gemm)(const GemmArgs& args);
+
+  float (*dot)(const float* a, const float* b, size_t n);
+  // y[i] += a * x[i]
+  void (*axpy)(float a, const float* x, float* y, size_t n);
+  // y[i] *= a
+  void (*scale)(float* y, float a, size_t n);
+  // out[i] = a[i] + b[i]   (out may alias a or b)
+  void (*add)(const float* a, const float* b, float* out, size_t n);
+  // out = x / sqrt(mean(x^2) + eps) * weight   (out may alias x)
+  void (*rmsnorm)(const float* x, const float* weight, float* out, size_t n, float eps);
+  // x = exp(x - max) / sum, in place; returns nothing, max and sum computed in float
+  void (*softmax)(float* x, size_t n);
+  // out[i] = silu(gate[i]) * up[i]   (SwiGLU; out may alias gate)
+  void (*swiglu)(const float* gate, const float* up, float* out, size_t n);
+  // Rotary embedding of n_heads heads of head_dim floats, rotating the first n_rot
+  // dimensions of each head. cos_sin holds n_rot/2 pairs (cos theta_i, sin theta_i) for
+  // this token's position. neox=false rotates adjacent pairs (x[2i], x[2i+1]) as GGUF
+  // llama files expect; neox=true rotates (x[i], x[i + n_rot/2]).
+  void (*rope)(float* x, size_t n_heads, size_t head_dim, size_t n_rot, const float* cos_sin,
+               bool neox);
+
+  void (*fp16_to_f32)(const uint16_t* in, float* out, size_t n);
+  void (*f32_to_fp16)(const float* in, uint16_t* out, size_t n);
+  void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
+  void (*f32_to_bf16)(const float* in, uint16_t* out, size_t n);
+};
+
+// The table for this CPU, chosen once (KILN_ISA=scalar|avx2|avx512 forces one; asking
+// for an ISA the CPU lacks throws kiln::Error).
+const Ops& ops();
+// The table for one ISA, or nullptr if not compiled in or the CPU lacks it.
+const Ops* ops_for(Isa isa);
+// Every ISA usable on this machine, scalar first.
+std::vector<Isa> available_isas();
+
+}  // namespace kiln::kernels

@@ -1,0 +1,73 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace kiln::test {
+
+std::string shared_dir() {
+  if (const char* env = std::getenv("KILN_SHARED_DIR")) return env;
+  return KILN_SHARED_DIR;
+}
+std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
+std::string kiln_binary() { return KILN_BINARY; }
+
+std::string temp_dir() {
+  static std::string dir = [] {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-test-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    return pattern;
+  }();
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), (std::streamsize)bytes.size());
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CommandResult run_command(const std::string& command, const std::string& input) {
+  const std::string dir = temp_dir();
+  static int counter = 0;
+  const std::string base = dir + "/cmd" + std::to_string(++counter);
+  write_file(base + ".in", input);
+  const std::string full = "( " + command + " ) <" + base + ".in >" + base + ".out 2>" + base + ".err";
+  int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(base + ".out");
+  r.err = read_file(base + ".err");
+  return r;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,25 @@
+#pragma once
+// Helpers shared by tests: where ../shared and the kiln binary are, running a command.
+#include <string>
+
+namespace kiln::test {
+
+std::string shared_dir();                  // absolute path of ../shared
+std::string shared_path(const std::string& rel);  // shared_dir() + "/" + rel
+std::string kiln_binary();                 // the built kiln executable
+std::string temp_dir();                    // a fresh directory for this test process
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `command` through /bin/sh with `input` on stdin.
+CommandResult run_command(const std::string& command, const std::string& input = "");
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+std::string trim(const std::string& s);
+std::string shell_quote(const std::string& s);
+
+}  // namespace kiln::test
