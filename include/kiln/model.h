@@ -1,0 +1,79 @@
+#pragma once
+// A loaded model: hyperparameters, typed views of the weights (in place in the mmap'd
+// GGUF), and its tokenizer. Architectures are data: each file in src/models/ maps one
+// family's GGUF keys and tensor names into this one shape, and the runtime reads flags.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/gguf.h"
+#include "kiln/tensor_type.h"
+#include "kiln/tokenizer.h"
+
+namespace kiln {
+
+// A 2-D weight [rows][cols] (cols contiguous) living inside the GGUF mapping.
+struct WeightView {
+  const gguf::TensorInfo* info = nullptr;
+  TensorType type = TensorType::F32;
+  const void* data = nullptr;
+  uint64_t rows = 0, cols = 0;
+  uint64_t row_bytes = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  WeightView attn_norm;          // [dim]
+  WeightView wq, wk, wv, wo;     // [n_heads*head_dim][dim], [n_kv*head_dim][dim] x2, [dim][n_heads*head_dim]
+  WeightView ffn_norm;           // [dim]
+  WeightView w_gate, w_up;       // [ffn][dim]
+  WeightView w_down;             // [dim][ffn]
+};
+
+struct ModelConfig {
+  std::string arch;              // general.architecture
+  std::string name;              // general.name (or the file name)
+  uint32_t n_ctx_train = 0;      // <arch>.context_length
+  uint32_t dim = 0;              // embedding_length
+  uint32_t n_layers = 0;         // block_count
+  uint32_t ffn_dim = 0;          // feed_forward_length
+  uint32_t n_heads = 0;          // attention.head_count
+  uint32_t n_kv_heads = 0;       // attention.head_count_kv (GQA/MQA)
+  uint32_t head_dim = 0;         // dim / n_heads unless attention.key_length says otherwise
+  uint32_t n_rot = 0;            // rope.dimension_count
+  float rope_theta = 10000.0f;   // rope.freq_base
+  bool rope_neox = false;        // rotate halves instead of adjacent pairs
+  float rms_eps = 1e-5f;         // attention.layer_norm_rms_epsilon
+  uint32_t n_vocab = 0;
+  TensorType weight_type = TensorType::F32;  // the type most weight bytes have
+};
+
+class Model {
+ public:
+  // Opens, validates and maps the file; throws kiln::Error naming file and field.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::File& file() const { return *file_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+  WeightView token_embd;         // [n_vocab][dim]
+  WeightView output_norm;        // [dim]
+  WeightView output;             // [n_vocab][dim], token_embd when the file ties them
+  std::vector<LayerWeights> layers;
+
+  uint64_t n_params() const;     // elements of all tensors
+  uint64_t weight_bytes() const; // bytes of all tensors
+
+  // Internal: used by architecture files.
+  ModelConfig& mutable_config() { return config_; }
+  WeightView weight(const std::string& name, std::vector<uint64_t> expect_dims, bool required = true) const;
+
+ private:
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelConfig config_;
+};
+
+}  // namespace kiln
