@@ -120,6 +120,7 @@ class Writer {
   std::vector<uint8_t> to_bytes() const;
 
  private:
+  std::vector<uint8_t> header_bytes() const;
   struct PendingTensor {
     std::string name;
     TensorType type;

@@ -57,6 +57,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Use another tokenizer (e.g. a tokenizer.model file); its vocabulary must fit the model.
+  void replace_tokenizer(std::unique_ptr<Tokenizer> tokenizer);
 
   WeightView token_embd;         // [n_vocab][dim]
   WeightView output_norm;        // [dim]

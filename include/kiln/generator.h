@@ -1,0 +1,52 @@
+#pragma once
+// The generation loop: feed tokens, sample, stream text, stop. It owns the token history
+// of one conversation so later turns only process their new tokens (the Session's KV
+// cache already holds the rest).
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "kiln/sampler.h"
+#include "kiln/session.h"
+#include "kiln/tokenizer.h"
+
+namespace kiln {
+
+enum class StopReason { none, end_of_generation, length, context_full, cancelled };
+const char* stop_reason_name(StopReason r);
+
+struct GenerationStats {
+  int32_t n_prompt = 0;     // tokens run through the model before the first sample
+  int32_t n_generated = 0;  // tokens sampled
+  double prompt_ms = 0;
+  double generate_ms = 0;   // sampling + decoding of generated tokens
+  StopReason stop = StopReason::none;
+};
+
+class Generator {
+ public:
+  Generator(Session& session, const Tokenizer& tokenizer, Sampler& sampler);
+
+  // Appends `new_tokens` to the history, runs whatever the cache lacks, then samples up to
+  // n_predict tokens (< 0: until end of generation or a full context), calling on_text with
+  // each piece of complete UTF-8 text. `cancel` (optional) stops between tokens.
+  // If the new tokens cannot fit in the context, throws kiln::Error and the history and
+  // cache are left exactly as before the call.
+  GenerationStats generate(const std::vector<int32_t>& new_tokens, int32_t n_predict,
+                           const std::function<void(std::string_view)>& on_text,
+                           const std::atomic<bool>* cancel = nullptr);
+
+  const std::vector<int32_t>& history() const { return history_; }
+  // Forgets everything (a new conversation).
+  void reset();
+
+ private:
+  Session& session_;
+  const Tokenizer& tokenizer_;
+  Sampler& sampler_;
+  std::vector<int32_t> history_;  // every token of the conversation; the last may not be cached yet
+};
+
+}  // namespace kiln

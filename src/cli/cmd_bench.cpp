@@ -1,0 +1,235 @@
+// kiln bench MODEL: prompt processing (pp) and generation (tg) speed, like llama-bench,
+// with its field names in -o json|csv so scripts written for llama-bench read ours.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "cli/common.h"
+#include "kernels/kernels.h"
+#include "kiln/error.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::cli {
+namespace {
+
+struct BenchOptions {
+  LogOptions log;
+  std::string model;
+  std::vector<int32_t> n_prompt{512};
+  std::vector<int32_t> n_gen{128};
+  std::vector<int32_t> threads;
+  int32_t reps = 5;
+  int32_t n_batch = 512;
+  std::string output = "md";
+  bool no_kv_cache = false;
+};
+
+struct TestResult {
+  int32_t n_prompt = 0, n_gen = 0, n_threads = 0;
+  bool kv_cache = true;
+  std::vector<double> samples_ns;
+  std::string test_time;
+  double avg_ns() const {
+    double s = 0;
+    for (double x : samples_ns) s += x;
+    return s / samples_ns.size();
+  }
+  std::vector<double> samples_ts() const {
+    std::vector<double> ts;
+    for (double ns : samples_ns) ts.push_back((n_prompt + n_gen) * 1e9 / ns);
+    return ts;
+  }
+  static double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / v.size();
+  }
+  static double stddev(const std::vector<double>& v) {
+    if (v.size() < 2) return 0;
+    const double m = mean(v);
+    double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return std::sqrt(s / (v.size() - 1));
+  }
+  std::string name() const {
+    std::string n = n_gen == 0 ? "pp" + std::to_string(n_prompt) : n_prompt == 0 ? "tg" + std::to_string(n_gen)
+                                                                              : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+    return kv_cache ? n : n + " (no kv cache)";
+  }
+};
+
+std::vector<int32_t> random_tokens(const Model& model, size_t n, std::mt19937& rng) {
+  std::vector<int32_t> t(n);
+  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
+  for (auto& x : t) x = dist(rng);
+  if (!t.empty() && model.tokenizer().bos() >= 0 && model.tokenizer().vocab().add_bos) t[0] = model.tokenizer().bos();
+  return t;
+}
+
+// One timed run: a prompt of n_prompt tokens in batches, then n_gen single-token steps.
+// Without the KV cache every generated token recomputes the whole sequence.
+double run_once(Session& session, const Model& model, int32_t n_prompt, int32_t n_gen, bool kv_cache, std::mt19937& rng) {
+  session.reset();
+  std::vector<int32_t> seq = random_tokens(model, (size_t)std::max(n_prompt, 1), rng);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (n_prompt > 0) session.decode(seq);
+  else seq.resize(1);  // generation starts from one token, like llama-bench
+  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
+  int32_t token = seq.back();
+  for (int32_t i = 0; i < n_gen; ++i) {
+    if (kv_cache) {
+      const int32_t one[1] = {token};
+      session.decode(one);
+    } else {
+      session.reset();
+      session.decode(seq);
+    }
+    token = dist(rng);
+    seq.push_back(token);
+  }
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string size_label(uint64_t n_params) {
+  char buf[32];
+  if (n_params >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.1fB", n_params / 1e9);
+  else if (n_params >= 1000000ull) std::snprintf(buf, sizeof buf, "%lluM", (unsigned long long)(n_params / 1000000));
+  else std::snprintf(buf, sizeof buf, "%lluK", (unsigned long long)(n_params / 1000));
+  return buf;
+}
+
+int bench(BenchOptions& o) {
+  setup_logging(o.log);
+  if (o.output != "md" && o.output != "csv" && o.output != "json") throw UsageError("-o must be md, csv or json");
+  if (o.reps < 1) throw UsageError("-r must be at least 1");
+  if (o.threads.empty()) o.threads.push_back(physical_core_count());
+  const std::string path = resolve_model_path(o.model);
+  auto model = load_model(path);
+  const ModelConfig& c = model->config();
+  const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
+
+  std::vector<TestResult> tests;
+  for (int32_t t : o.threads) {
+    for (int32_t p : o.n_prompt)
+      if (p > 0) tests.push_back({p, 0, t, true, {}, {}});
+    for (int32_t g : o.n_gen)
+      if (g > 0) {
+        tests.push_back({0, g, t, true, {}, {}});
+        if (o.no_kv_cache) tests.push_back({0, g, t, false, {}, {}});
+      }
+  }
+
+  std::mt19937 rng(1234);
+  for (TestResult& r : tests) {
+    SessionParams sp;
+    sp.n_threads = r.n_threads;
+    sp.n_batch = o.n_batch;
+    sp.n_ctx = std::max(r.n_prompt + r.n_gen + 1, 16);
+    Session session(*model, sp);
+    run_once(session, *model, std::min(r.n_prompt, 16), std::min(r.n_gen, 4), true, rng);  // warm-up
+    r.test_time = now_iso();
+    for (int32_t rep = 0; rep < o.reps; ++rep) r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng));
+    const auto ts = r.samples_ts();
+    spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
+  }
+
+  const std::string isa = kernels::isa_name(kernels::ops().isa);
+  if (o.output == "md") {
+    std::printf("| model | size | params | backend | threads | test | t/s |\n");
+    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    for (const TestResult& r : tests) {
+      const auto ts = r.samples_ts();
+      std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d | %s | %.2f ± %.2f |\n", model_type.c_str(),
+                  model->weight_bytes() / 1048576.0, size_label(model->n_params()).c_str(), isa.c_str(), r.n_threads,
+                  r.name().c_str(), TestResult::mean(ts), TestResult::stddev(ts));
+    }
+    return 0;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const TestResult& r : tests) {
+    const auto ts = r.samples_ts();
+    std::vector<double> ns = r.samples_ns;
+    nlohmann::json j;
+    j["build_commit"] = "kiln";
+    j["build_number"] = 0;
+    j["cpu_info"] = isa;
+    j["gpu_info"] = "";
+    j["backends"] = "CPU";
+    j["model_filename"] = path;
+    j["model_type"] = model_type;
+    j["model_size"] = model->weight_bytes();
+    j["model_n_params"] = model->n_params();
+    j["n_batch"] = o.n_batch;
+    j["n_ubatch"] = o.n_batch;
+    j["n_threads"] = r.n_threads;
+    j["type_k"] = "f32";
+    j["type_v"] = "f32";
+    j["n_gpu_layers"] = 0;
+    j["no_kv_offload"] = false;
+    j["kv_cache"] = r.kv_cache;
+    j["n_prompt"] = r.n_prompt;
+    j["n_gen"] = r.n_gen;
+    j["test_time"] = r.test_time;
+    j["avg_ns"] = (uint64_t)r.avg_ns();
+    j["stddev_ns"] = (uint64_t)TestResult::stddev(ns);
+    j["avg_ts"] = TestResult::mean(ts);
+    j["stddev_ts"] = TestResult::stddev(ts);
+    j["samples_ns"] = ns;
+    j["samples_ts"] = ts;
+    rows.push_back(j);
+  }
+  if (o.output == "json") {
+    std::printf("%s\n", rows.dump(2).c_str());
+    return 0;
+  }
+  const char* fields[] = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
+                          "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k",
+                          "type_v", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen", "test_time",
+                          "avg_ns", "stddev_ns", "avg_ts", "stddev_ts"};
+  std::string header;
+  for (const char* f : fields) header += (header.empty() ? "" : ",") + std::string(f);
+  std::printf("%s\n", header.c_str());
+  for (const auto& j : rows) {
+    std::string line;
+    for (const char* f : fields) {
+      const auto& v = j[f];
+      line += (line.empty() ? "" : ",") + (v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump());
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Action& action) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt processing (pp) and generation (tg) speed");
+  cmd->add_option("model", o->model, "Model file (GGUF)");
+  cmd->add_option("-m,--model", o->model, "Model file (GGUF)");
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (comma-separated)")->delimiter(',');
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (comma-separated)")->delimiter(',');
+  cmd->add_option("-t,--threads", o->threads, "Thread counts (comma-separated; default physical cores)")->delimiter(',');
+  cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test");
+  cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step");
+  cmd->add_option("-o,--output", o->output, "Output format: md, csv or json");
+  cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
+  add_log_options(*cmd, o->log);
+  cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,109 @@
+// kiln info MODEL: what is in the file and what running it will need.
+#include <cstdio>
+#include <map>
+
+#include "cli/common.h"
+#include "kiln/error.h"
+#include "runtime/kv_cache.h"
+
+namespace kiln::cli {
+namespace {
+
+struct InfoOptions {
+  LogOptions log;
+  std::string model;
+  bool all_metadata = false;
+  bool tensors = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+int info(InfoOptions& o) {
+  setup_logging(o.log);
+  const std::string path = resolve_model_path(o.model);
+  auto file = gguf::File::open(path);
+  std::printf("file:         %s\n", path.c_str());
+  std::printf("gguf:         version %u, %zu metadata keys, %zu tensors, alignment %llu, %s\n", file->version(),
+              file->metadata().size(), file->tensors().size(), (unsigned long long)file->alignment(),
+              human_bytes((double)file->file_size()).c_str());
+
+  std::map<std::string, std::pair<size_t, uint64_t>> by_type;
+  for (const auto& t : file->tensors()) {
+    auto& [count, bytes] = by_type[type_name(t.type)];
+    ++count;
+    bytes += t.n_bytes;
+  }
+  std::string types;
+  for (const auto& [name, cb] : by_type)
+    types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(cb.first) + " (" + human_bytes((double)cb.second) + ")";
+  std::printf("tensor types: %s\n", types.empty() ? "none (vocabulary only)" : types.c_str());
+
+  if (o.all_metadata) {
+    std::printf("metadata:\n");
+    for (const auto& [key, value] : file->metadata()) std::printf("  %-45s %s\n", key.c_str(), value.to_string().c_str());
+  }
+  if (o.tensors) {
+    std::printf("tensors:\n");
+    for (const auto& t : file->tensors()) {
+      std::string dims;
+      for (auto d : t.dims) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+      std::printf("  %-32s %-6s [%s]\n", t.name.c_str(), type_name(t.type).c_str(), dims.c_str());
+    }
+  }
+  file.reset();
+
+  std::unique_ptr<Model> model;
+  try {
+    model = Model::load(path);
+  } catch (const Error& e) {
+    std::printf("runnable:     no (%s)\n", e.what());
+    try {
+      auto f = gguf::File::open(path);
+      auto tok = Tokenizer::from_gguf(*f);
+      std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d\n", tok->vocab().model.c_str(), tok->n_vocab(),
+                  tok->bos(), tok->eos());
+    } catch (const Error&) {
+    }
+    return 0;
+  }
+  const ModelConfig& c = model->config();
+  const Tokenizer& tok = model->tokenizer();
+  std::printf("name:         %s\n", c.name.c_str());
+  std::printf("architecture: %s\n", c.arch.c_str());
+  std::printf("parameters:   %.2f M (%s of weights, mostly %s)\n", model->n_params() / 1e6,
+              human_bytes((double)model->weight_bytes()).c_str(), type_name(c.weight_type).c_str());
+  std::printf("context:      %u (trained)\n", c.n_ctx_train);
+  std::printf("layers:       %u, dim %u, ffn %u, heads %u, kv heads %u, head dim %u\n", c.n_layers, c.dim, c.ffn_dim,
+              c.n_heads, c.n_kv_heads, c.head_dim);
+  std::printf("rope:         %u dims, theta %g, %s\n", c.n_rot, c.rope_theta, c.rope_neox ? "neox" : "normal");
+  std::printf("rms eps:      %g\n", c.rms_eps);
+  std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
+  std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
+              tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
+  const uint32_t n_ctx = std::min<uint32_t>(c.n_ctx_train, 4096);
+  const double kv = 2.0 * c.n_layers * n_ctx * c.n_kv_heads * c.head_dim * sizeof(float);
+  std::printf("memory:       %s weights (mapped) + %s KV cache at context %u (f32)\n",
+              human_bytes((double)model->weight_bytes()).c_str(), human_bytes(kv).c_str(), n_ctx);
+  return 0;
+}
+
+}  // namespace
+
+void register_info(CLI::App& app, Action& action) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Show a model's architecture, hyperparameters, tokenizer and tensors");
+  cmd->add_option("model", o->model, "Model file (GGUF)");
+  cmd->add_flag("-a,--metadata", o->all_metadata, "Print every metadata key");
+  cmd->add_flag("--tensors", o->tensors, "Print every tensor");
+  add_log_options(*cmd, o->log);
+  cmd->callback([o, &action] { action = [o] { return info(*o); }; });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,85 @@
+// kiln run [MODEL] [PROMPT]: streams the answer to stdout; everything else goes to stderr.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "cli/common.h"
+#include "kiln/error.h"
+#include "kiln/generator.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunOptions {
+  LogOptions log;
+  ModelOptions model;
+  SamplerParams sampling;
+  int32_t n_predict = -1;
+  std::vector<std::string> positional;
+  std::string prompt;
+  std::string prompt_file;
+  std::string tokenizer_file;
+  bool prompt_given = false;
+};
+
+int run(RunOptions& o) {
+  setup_logging(o.log);
+  // [MODEL] [PROMPT]: a lone argument is the model if it names one, else the prompt.
+  std::vector<std::string> args = o.positional;
+  if (o.model.model.empty() && !args.empty() && (args.size() == 2 || looks_like_model(args[0]))) {
+    o.model.model = args[0];
+    args.erase(args.begin());
+  }
+  if (args.size() > 1) throw UsageError("too many arguments: expected [MODEL] [PROMPT]");
+  int sources = (!args.empty()) + o.prompt_given + !o.prompt_file.empty();
+  if (sources > 1) throw UsageError("give the prompt once: as an argument, with -p, or with -f");
+  std::string prompt = o.prompt;
+  if (!args.empty()) prompt = args[0];
+  if (!o.prompt_file.empty()) prompt = read_text_file(o.prompt_file);
+  if (prompt == "-") prompt = read_text_file("-");
+
+  auto model = load_model(resolve_model_path(o.model.model));
+  if (!o.tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_spm_file(o.tokenizer_file));
+  const Tokenizer& tok = model->tokenizer();
+  const std::vector<int32_t> tokens = tok.encode(prompt, tok.vocab().add_bos);
+  if (tokens.empty()) throw UsageError("the prompt is empty and this model adds no BOS token: nothing to start from");
+
+  Session session(*model, session_params(o.model));
+  Sampler sampler(o.sampling, model->config().n_vocab);
+  Generator generator(session, tok, sampler);
+  spdlog::debug("prompt: {} tokens, context {}, threads {}, seed {}", tokens.size(), session.n_ctx(),
+                session.n_threads(), sampler.seed());
+
+  bool ends_with_newline = true;
+  const GenerationStats st = generator.generate(tokens, o.n_predict, [&](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    ends_with_newline = text.back() == '\n';
+  });
+  if (!ends_with_newline) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (st.stop == StopReason::context_full)
+    spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c", session.n_ctx());
+  spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {:.1f} ms ({:.1f} tok/s) | stop: {}",
+               st.n_prompt, st.prompt_ms, st.n_prompt * 1000.0 / std::max(st.prompt_ms, 1e-9), st.n_generated,
+               st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop));
+  return 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, Action& action) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams to stdout)");
+  cmd->add_option("args", o->positional, "[MODEL] [PROMPT]  (PROMPT '-' reads stdin; default model models/stories260K.gguf)");
+  cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->each([o](const std::string&) { o->prompt_given = true; });
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' for stdin)");
+  cmd->add_option("--tokenizer", o->tokenizer_file, "Use this SentencePiece tokenizer.model instead of the GGUF's");
+  add_runtime_options(*cmd, o->model);
+  add_sampling_options(*cmd, o->sampling, o->n_predict);
+  add_log_options(*cmd, o->log);
+  cmd->callback([o, &action] { action = [o] { return run(*o); }; });
+}
+
+}  // namespace kiln::cli

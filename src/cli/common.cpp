@@ -1,0 +1,103 @@
+#include "cli/common.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "kernels/kernels.h"
+#include "kiln/error.h"
+
+namespace kiln::cli {
+
+void add_log_options(CLI::App& app, LogOptions& opts) {
+  app.add_flag("-q,--quiet", opts.quiet, "Print only the requested output (no load info or timings)");
+  app.add_flag("-v,--verbose", opts.verbose, "Print more detail on stderr");
+}
+
+void add_runtime_options(CLI::App& app, ModelOptions& opts) {
+  app.add_option("-c,--ctx-size", opts.n_ctx, "Context size in tokens (0: the model's, capped at 4096)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-b,--batch-size", opts.n_batch, "Tokens per prefill step")->check(CLI::PositiveNumber);
+  app.add_option("-t,--threads", opts.n_threads, "Threads (0: physical cores)")->check(CLI::NonNegativeNumber);
+}
+
+void add_sampling_options(CLI::App& app, SamplerParams& p, int32_t& n_predict) {
+  app.add_option("-n,--n-predict", n_predict, "Tokens to generate (-1: until end of text or full context)");
+  app.add_option("--temp,--temperature", p.temperature, "Temperature (0: greedy)");
+  app.add_option("--top-k", p.top_k, "Top-k (0: off)");
+  app.add_option("--top-p", p.top_p, "Top-p / nucleus (1: off)");
+  app.add_option("--min-p", p.min_p, "Min-p (0: off)");
+  app.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)");
+  app.add_option("--repeat-last-n", p.penalty_last_n, "Tokens the penalties look back on (-1: context)");
+  app.add_option("--presence-penalty", p.presence_penalty, "Presence penalty (0: off)");
+  app.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty (0: off)");
+  app.add_option("-s,--seed", p.seed, "Random seed (default: random)");
+}
+
+void setup_logging(const LogOptions& opts) {
+  auto logger = spdlog::stderr_color_mt("kiln");
+  logger->set_pattern("%v");
+  logger->set_level(opts.quiet ? spdlog::level::warn : opts.verbose ? spdlog::level::debug : spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+bool looks_like_model(const std::string& arg) {
+  if (arg.size() >= 5 && arg.compare(arg.size() - 5, 5, ".gguf") == 0) return true;
+  std::error_code ec;
+  return !arg.empty() && arg.find('\n') == std::string::npos && std::filesystem::is_regular_file(arg, ec);
+}
+
+std::string resolve_model_path(const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string rel = "models/stories260K.gguf";
+  std::error_code ec;
+  if (std::filesystem::exists(rel, ec)) return rel;
+  // The binary lives in build/: try the repository next to it.
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      const auto candidate = dir / rel;
+      if (std::filesystem::exists(candidate, ec)) return candidate.string();
+    }
+  }
+  throw UsageError("no model given and the default " + rel + " is missing (run ./scripts/setup)");
+}
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = Model::load(path);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const ModelConfig& c = model->config();
+  spdlog::info("kiln: loaded {} ({}, {} layers, dim {}, {} heads / {} kv, vocab {}, {}) in {:.1f} ms, kernels {}",
+               path, c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.n_vocab, type_name(c.weight_type), ms,
+               kernels::isa_name(kernels::ops().isa));
+  return model;
+}
+
+SessionParams session_params(const ModelOptions& opts) {
+  SessionParams p;
+  p.n_ctx = opts.n_ctx;
+  p.n_batch = opts.n_batch;
+  p.n_threads = opts.n_threads;
+  return p;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace kiln::cli

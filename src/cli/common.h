@@ -1,0 +1,56 @@
+#pragma once
+// Options and helpers shared by the subcommands. Each subcommand lives in its own file and
+// registers itself with register_<name>(app); main.cpp only dispatches.
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kiln/model.h"
+#include "kiln/sampler.h"
+#include "kiln/session.h"
+
+namespace kiln::cli {
+
+struct LogOptions {
+  bool quiet = false;
+  bool verbose = false;
+};
+
+struct ModelOptions {
+  std::string model;  // path to the GGUF
+  int32_t n_ctx = 0;
+  int32_t n_batch = 512;
+  int32_t n_threads = 0;
+};
+
+// -m/--model is also accepted positionally by each command.
+void add_log_options(CLI::App& app, LogOptions& opts);
+void add_runtime_options(CLI::App& app, ModelOptions& opts);
+void add_sampling_options(CLI::App& app, SamplerParams& params, int32_t& n_predict);
+
+// Applies --quiet/--verbose to the stderr logger.
+void setup_logging(const LogOptions& opts);
+
+// The model path, or the default (models/stories260K.gguf next to the cwd or the binary).
+std::string resolve_model_path(const std::string& given);
+// True if `arg` looks like a model file rather than a prompt.
+bool looks_like_model(const std::string& arg);
+
+std::unique_ptr<Model> load_model(const std::string& path);
+SessionParams session_params(const ModelOptions& opts);
+
+// Reads a whole file (a prompt via -f); "-" means stdin.
+std::string read_text_file(const std::string& path);
+
+// The command to run after parsing; set by register_* on the chosen subcommand.
+using Action = std::function<int()>;
+
+void register_run(CLI::App& app, Action& action);
+void register_chat(CLI::App& app, Action& action);
+void register_bench(CLI::App& app, Action& action);
+void register_info(CLI::App& app, Action& action);
+void register_tokenize(CLI::App& app, Action& action);
+void register_perplexity(CLI::App& app, Action& action);
+
+}  // namespace kiln::cli

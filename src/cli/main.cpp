@@ -1,0 +1,39 @@
+// kiln: one binary, subcommands like llama.cpp's tools and ollama. Errors are caught
+// here, printed once, and turned into the exit code: 0 ok, 1 runtime error, 2 usage error.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/common.h"
+#include "kiln/error.h"
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  CLI::App app{"kiln: local LLM inference on the CPU", "kiln"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kiln 0.1.0");
+  Action action;
+  register_run(app, action);
+  register_chat(app, action);
+  register_bench(app, action);
+  register_info(app, action);
+  register_tokenize(app, action);
+  register_perplexity(app, action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    return action ? action() : 2;
+  } catch (const kiln::UsageError& e) {
+    std::fflush(stdout);
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  }
+}

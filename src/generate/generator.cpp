@@ -1,0 +1,88 @@
+#include "kiln/generator.h"
+
+#include <chrono>
+
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::none: return "none";
+    case StopReason::end_of_generation: return "end of generation";
+    case StopReason::length: return "length limit";
+    case StopReason::context_full: return "context full";
+    case StopReason::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+Generator::Generator(Session& session, const Tokenizer& tokenizer, Sampler& sampler)
+    : session_(session), tokenizer_(tokenizer), sampler_(sampler) {}
+
+void Generator::reset() {
+  history_.clear();
+  session_.reset();
+  sampler_.reset();
+}
+
+GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int32_t n_predict,
+                                    const std::function<void(std::string_view)>& on_text,
+                                    const std::atomic<bool>* cancel) {
+  GenerationStats stats;
+  const size_t cached = (size_t)session_.n_past();
+  const size_t history_before = history_.size();
+  if (history_before + new_tokens.size() > (size_t)session_.n_ctx())
+    throw Error("prompt does not fit: " + std::to_string(history_before) + " tokens of history + " +
+                std::to_string(new_tokens.size()) + " new exceed the context size " +
+                std::to_string(session_.n_ctx()) + " (use -c to raise it)");
+  if (history_before + new_tokens.size() == cached)
+    throw Error("nothing to process: give at least one token");
+
+  history_.insert(history_.end(), new_tokens.begin(), new_tokens.end());
+  for (int32_t t : new_tokens) sampler_.accept(t);
+  std::vector<int32_t> pending(history_.begin() + (ptrdiff_t)cached, history_.end());
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::span<const float> logits;
+  try {
+    logits = session_.decode(pending);
+  } catch (...) {  // leave the conversation as it was
+    history_.resize(history_before);
+    session_.truncate((int32_t)cached);
+    throw;
+  }
+  stats.n_prompt = (int32_t)pending.size();
+  stats.prompt_ms = ms_since(t0);
+
+  Detokenizer detok(tokenizer_);
+  t0 = std::chrono::steady_clock::now();
+  while (true) {
+    if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
+    if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; break; }
+    const int32_t token = sampler_.sample(logits);
+    sampler_.accept(token);
+    history_.push_back(token);
+    ++stats.n_generated;
+    if (tokenizer_.is_eog(token)) { stats.stop = StopReason::end_of_generation; break; }
+    const std::string text = detok.push(token);
+    if (!text.empty()) on_text(text);
+    if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
+    if (session_.n_past() >= session_.n_ctx()) { stats.stop = StopReason::context_full; break; }
+    const int32_t one[1] = {token};
+    logits = session_.decode(one);
+  }
+  const std::string rest = detok.flush();
+  if (!rest.empty()) on_text(rest);
+  stats.generate_ms = ms_since(t0);
+  return stats;
+}
+
+}  // namespace kiln

@@ -1,0 +1,107 @@
+// Generic model loading: open the GGUF, let the architecture file fill the config and
+// weight views, then check everything the runtime will rely on.
+#include <filesystem>
+#include <map>
+
+#include "kernels/kernels.h"
+#include "model/architecture.h"
+
+namespace kiln {
+namespace {
+
+std::string dims_string(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+WeightView Model::weight(const std::string& name, std::vector<uint64_t> expect_dims, bool required) const {
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (!t) {
+    if (required) throw Error(file_->path() + ": missing tensor '" + name + "'");
+    return {};
+  }
+  bool ok = t->dims.size() == expect_dims.size();
+  for (size_t i = 0; ok && i < expect_dims.size(); ++i) ok = expect_dims[i] == 0 || expect_dims[i] == t->dims[i];
+  if (!ok) {
+    throw Error(file_->path() + ": tensor '" + name + "' has shape " + dims_string(t->dims) +
+                ", expected " + dims_string(expect_dims) + " (0 = any) from the metadata");
+  }
+  if (t->dims.size() == 1 && t->type != TensorType::F32)
+    throw Error(file_->path() + ": tensor '" + name + "' is " + type_name(t->type) + "; norm weights must be F32");
+  if (t->dims.size() == 2 && !kernels::ops().gemm_supports(t->type))
+    throw Error(file_->path() + ": tensor '" + name + "' has type " + type_name(t->type) +
+                ", which kiln cannot compute yet (supported: F32, F16, BF16)");
+  WeightView w;
+  w.info = t;
+  w.type = t->type;
+  w.data = t->data;
+  w.cols = t->dims[0];
+  w.rows = t->rows();
+  w.row_bytes = t->row_bytes();
+  return w;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto model = std::make_unique<Model>();
+  model->file_ = gguf::File::open(path);
+  const gguf::File& f = *model->file_;
+  ModelConfig& c = model->config_;
+  c.arch = f.get_string("general.architecture");
+  c.name = f.get_string("general.name", std::filesystem::path(path).stem().string());
+
+  const Architecture* arch = find_architecture(c.arch);
+  if (!arch) {
+    std::string known;
+    for (const auto& n : architecture_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(path + ": unknown architecture '" + c.arch + "' (kiln supports: " + known + ")");
+  }
+  arch->load(*model);
+
+  const std::string p = c.arch + ".";
+  if (c.n_layers == 0) throw Error(path + ": " + p + "block_count is 0");
+  if (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0)
+    throw Error(path + ": " + p + "attention.head_count " + std::to_string(c.n_heads) +
+                " is not a multiple of attention.head_count_kv " + std::to_string(c.n_kv_heads));
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    throw Error(path + ": " + p + "rope.dimension_count " + std::to_string(c.n_rot) +
+                " must be even and at most the head size " + std::to_string(c.head_dim));
+  if (!(c.rms_eps > 0) || !(c.rope_theta > 0))
+    throw Error(path + ": " + p + "layer_norm_rms_epsilon and rope.freq_base must be positive");
+
+  model->tokenizer_ = Tokenizer::from_gguf(f);
+  if (model->tokenizer_->n_vocab() > (int32_t)c.n_vocab)
+    throw Error(path + ": tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
+                " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
+
+  std::map<TensorType, uint64_t> bytes_by_type;
+  for (const auto& t : f.tensors())
+    if (t.dims.size() >= 2) bytes_by_type[t.type] += t.n_bytes;
+  uint64_t best = 0;
+  for (const auto& [type, bytes] : bytes_by_type)
+    if (bytes > best) best = bytes, c.weight_type = type;
+  return model;
+}
+
+void Model::replace_tokenizer(std::unique_ptr<Tokenizer> tokenizer) {
+  if (tokenizer->n_vocab() > (int32_t)config_.n_vocab)
+    throw Error("tokenizer has " + std::to_string(tokenizer->n_vocab()) + " tokens but the model only " +
+                std::to_string(config_.n_vocab));
+  tokenizer_ = std::move(tokenizer);
+}
+
+uint64_t Model::n_params() const {
+  uint64_t n = 0;
+  for (const auto& t : file_->tensors()) n += t.n_elements;
+  return n;
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : file_->tensors()) n += t.n_bytes;
+  return n;
+}
+
+}  // namespace kiln

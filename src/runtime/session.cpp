@@ -1,0 +1,198 @@
+// The forward pass. Reads top to bottom like the paper: embed -> for each layer
+// (RMSNorm -> Q,K,V -> RoPE -> cache -> causal attention -> Wo -> residual,
+// RMSNorm -> SwiGLU FFN -> residual) -> final RMSNorm -> logits.
+// A call processes a batch of tokens at once (prefill is matrix x matrix).
+#include "kiln/session.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "runtime/kv_cache.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+struct Session::Impl {
+  const Model& model;
+  const ModelConfig& c;
+  const kernels::Ops& ops;
+  int32_t n_ctx, n_batch;
+  ThreadPool pool;
+  KvCache kv_cache;
+  int32_t n_past = 0;
+
+  std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
+  // Activations for one batch of B <= n_batch tokens, row-major by token.
+  std::vector<float> x;       // [B][dim]    residual stream
+  std::vector<float> xb;      // [B][dim]    normed input of a sublayer
+  std::vector<float> q;       // [B][n_heads * head_dim]
+  std::vector<float> k;       // [B][kv_dim]
+  std::vector<float> v;       // [B][kv_dim]
+  std::vector<float> att;     // [B][n_heads * head_dim]  attention output before Wo
+  std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;     // [B][ffn_dim] up
+  std::vector<float> scores;  // [n_threads][n_ctx]       attention weights per thread
+  std::vector<float> logits;  // [n_out][n_vocab]
+
+  Impl(const Model& m, const SessionParams& p)
+      : model(m), c(m.config()), ops(kernels::ops()),
+        n_ctx(p.n_ctx > 0 ? p.n_ctx : (int32_t)std::min<uint32_t>(m.config().n_ctx_train, 4096)),
+        n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
+        pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
+        kv_cache(m.config().n_layers, (size_t)n_ctx, size_t(m.config().n_kv_heads) * m.config().head_dim) {
+    if (n_ctx <= 0) throw Error("context size must be positive");
+    const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
+    x.resize(B * c.dim);
+    xb.resize(B * c.dim);
+    q.resize(B * q_dim);
+    k.resize(B * kv_dim);
+    v.resize(B * kv_dim);
+    att.resize(B * q_dim);
+    hb.resize(B * c.ffn_dim);
+    hb2.resize(B * c.ffn_dim);
+    scores.resize(size_t(pool.size()) * n_ctx);
+    logits.resize(c.n_vocab);
+
+    // theta_i = pos * base^(-2i/n_rot), computed in double once for every position.
+    const size_t half = c.n_rot / 2;
+    rope_cos_sin.resize(size_t(n_ctx) * half * 2);
+    for (int32_t pos = 0; pos < n_ctx; ++pos)
+      for (size_t i = 0; i < half; ++i) {
+        const double theta = pos * std::pow((double)c.rope_theta, -2.0 * double(i) / double(c.n_rot));
+        rope_cos_sin[(size_t(pos) * half + i) * 2] = (float)std::cos(theta);
+        rope_cos_sin[(size_t(pos) * half + i) * 2 + 1] = (float)std::sin(theta);
+      }
+  }
+
+  // y[b] = W x[b] for b < B, rows split across threads. Tiny matrices stay on one
+  // thread: waking the pool costs more than the arithmetic.
+  void matmul(const WeightView& w, const float* in, float* out, size_t B) {
+    kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, out, w.rows, w.cols, B, 0, w.rows};
+    if (w.rows * w.cols * B < 64 * 1024 || pool.size() == 1) {
+      ops.gemm(a);
+      return;
+    }
+    pool.parallel_for(w.rows, 16, [&](size_t r0, size_t r1) {
+      kernels::GemmArgs part = a;
+      part.r0 = r0;
+      part.r1 = r1;
+      ops.gemm(part);
+    });
+  }
+
+  void embed(int32_t token, float* out) {
+    const uint8_t* row = static_cast<const uint8_t*>(model.token_embd.data) + size_t(token) * model.token_embd.row_bytes;
+    switch (model.token_embd.type) {
+      case TensorType::F32: std::copy_n(reinterpret_cast<const float*>(row), c.dim, out); break;
+      case TensorType::F16: ops.fp16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
+      case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
+      default: throw Error("token_embd.weight: type " + type_name(model.token_embd.type) + " not supported");
+    }
+  }
+
+  // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l.
+  void attention(size_t l, int32_t pos0, size_t B) {
+    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd;
+    const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
+    const float scale = 1.0f / std::sqrt((float)hd);
+    const size_t n_tasks = B * c.n_heads;
+    pool.run([&](int tid, int nth) {
+      float* score = &scores[size_t(tid) * n_ctx];
+      for (size_t task = tid; task < n_tasks; task += nth) {
+        const size_t b = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
+        const size_t n_keys = size_t(pos0) + b + 1;
+        const float* qh = &q[b * q_dim + h * hd];
+        for (size_t t = 0; t < n_keys; ++t) score[t] = ops.dot(qh, kv_cache.k(l, t) + kvh * hd, hd) * scale;
+        ops.softmax(score, n_keys);
+        float* out = &att[b * q_dim + h * hd];
+        std::fill_n(out, hd, 0.0f);
+        for (size_t t = 0; t < n_keys; ++t) ops.axpy(score[t], kv_cache.v(l, t) + kvh * hd, out, hd);
+      }
+    });
+  }
+
+  // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;
+  // logits_out == nullptr only fills the KV cache.
+  void forward(const int32_t* tokens, size_t B, float* logits_out, bool all_logits) {
+    const size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
+    const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv_cache.kv_dim();
+    const int32_t pos0 = n_past;
+
+    for (size_t b = 0; b < B; ++b) embed(tokens[b], &x[b * dim]);
+
+    for (size_t l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& L = model.layers[l];
+      const float* attn_norm = static_cast<const float*>(L.attn_norm.data);
+      for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], attn_norm, &xb[b * dim], dim, c.rms_eps);
+
+      matmul(L.wq, xb.data(), q.data(), B);
+      matmul(L.wk, xb.data(), k.data(), B);
+      matmul(L.wv, xb.data(), v.data(), B);
+      for (size_t b = 0; b < B; ++b) {
+        const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
+        ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
+        ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+        std::copy_n(&k[b * kv_dim], kv_dim, kv_cache.k(l, pos0 + b));
+        std::copy_n(&v[b * kv_dim], kv_dim, kv_cache.v(l, pos0 + b));
+      }
+      attention(l, pos0, B);
+      matmul(L.wo, att.data(), xb.data(), B);
+      for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+
+      const float* ffn_norm = static_cast<const float*>(L.ffn_norm.data);
+      for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], ffn_norm, &xb[b * dim], dim, c.rms_eps);
+      matmul(L.w_gate, xb.data(), hb.data(), B);
+      matmul(L.w_up, xb.data(), hb2.data(), B);
+      for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      matmul(L.w_down, hb.data(), xb.data(), B);
+      for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+    }
+
+    n_past += (int32_t)B;
+    if (!logits_out) return;
+    // Only the rows whose logits are wanted go through the final norm and the classifier.
+    const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
+    const float* out_norm = static_cast<const float*>(model.output_norm.data);
+    for (size_t b = first; b < B; ++b) ops.rmsnorm(&x[b * dim], out_norm, &xb[(b - first) * dim], dim, c.rms_eps);
+    matmul(model.output, xb.data(), logits_out, n_out);
+  }
+};
+
+Session::Session(const Model& model, const SessionParams& params) : impl_(std::make_unique<Impl>(model, params)) {}
+Session::~Session() = default;
+
+std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all_logits) {
+  Impl& s = *impl_;
+  const size_t n_vocab = s.c.n_vocab;
+  if (tokens.empty()) return {};
+  if (s.n_past + tokens.size() > size_t(s.n_ctx))
+    throw Error("context is full: " + std::to_string(s.n_past) + " + " + std::to_string(tokens.size()) +
+                " tokens exceed the context size " + std::to_string(s.n_ctx) + " (use -c to raise it)");
+  for (int32_t t : tokens)
+    if (t < 0 || size_t(t) >= n_vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+
+  s.logits.resize(all_logits ? tokens.size() * n_vocab : n_vocab);
+  for (size_t start = 0; start < tokens.size(); start += s.n_batch) {
+    const size_t B = std::min<size_t>(s.n_batch, tokens.size() - start);
+    const bool last_batch = start + B == tokens.size();
+    // Batches before the last only fill the cache unless every row's logits are wanted.
+    float* out = all_logits ? &s.logits[start * n_vocab] : last_batch ? s.logits.data() : nullptr;
+    s.forward(&tokens[start], B, out, all_logits);
+  }
+  return {s.logits.data(), s.logits.size()};
+}
+
+int32_t Session::n_past() const { return impl_->n_past; }
+int32_t Session::n_ctx() const { return impl_->n_ctx; }
+int32_t Session::n_threads() const { return impl_->pool.size(); }
+const Model& Session::model() const { return impl_->model; }
+
+void Session::truncate(int32_t n) {
+  if (n < 0 || n > impl_->n_past) throw Error("cannot truncate a session of " + std::to_string(impl_->n_past) +
+                                               " tokens to " + std::to_string(n));
+  impl_->n_past = n;
+}
+
+}  // namespace kiln
