@@ -31,24 +31,40 @@ class Sampler {
   Sampler(const SamplerParams& params, int32_t n_vocab);
 
   // Chooses a token from one row of logits (n_vocab floats). Does not record it.
+  // Throws kiln::Error if logits.size() != n_vocab.
   int32_t sample(std::span<const float> logits);
   // Records a token in the penalty history (prompt tokens and generated ones).
+  // Throws kiln::Error for a token outside [0, n_vocab).
   void accept(int32_t token);
-  void reset();  // clears the history and reseeds
+  // Clears the history and reseeds: a fixed seed replays the same draws, the random
+  // seed (0xFFFFFFFF) picks a fresh one, as llama.cpp's dist sampler does.
+  void reset();
 
   const SamplerParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
 
   // The candidate list after the whole chain but before the draw (for tests and
   // --verbose): sorted by descending probability, probabilities normalized.
+  // Greedy (temperature <= 0) yields the single argmax with p = 1.
   std::vector<TokenProb> candidates(std::span<const float> logits) const;
 
  private:
+  void reseed();
+  void check_logits(std::span<const float> logits) const;
+  // The penalty window's tokens sorted by id into `out` (empty when penalties are off).
+  void sorted_window(std::vector<int32_t>& out) const;
+
   SamplerParams params_;
   int32_t n_vocab_;
   uint64_t seed_;
   std::mt19937 rng_;
+  // Ring buffer of the last penalty_last_n accepted tokens (unbounded for -1); only
+  // counts matter, so the order inside it is irrelevant.
   std::vector<int32_t> history_;
+  size_t history_head_ = 0;
+  // Scratch reused by sample() so a call allocates nothing once warmed up.
+  std::vector<TokenProb> buf_;
+  std::vector<int32_t> window_;
 };
 
 }  // namespace kiln

@@ -31,8 +31,8 @@ std::optional<TensorType> type_from_name(const std::string& name);  // "f16", "B
 inline float fp16_to_f32(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
+  if (exp == 0x1f) {  // inf, or NaN quieted with its payload kept (as vcvtph2ps does)
+    bits = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u);
   } else if (exp == 0) {
     if (mant == 0) {
       bits = sign;
@@ -54,7 +54,8 @@ inline uint16_t f32_to_fp16(float f) {  // round to nearest even
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) return (uint16_t)(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
+  if (abs > 0x7f800000) return (uint16_t)(sign | 0x7e00 | ((abs >> 13) & 0x3ff));  // quiet NaN, payload kept (as vcvtps2ph)
+  if (abs == 0x7f800000) return (uint16_t)(sign | 0x7c00);
   if (abs >= 0x477ff000) return (uint16_t)(sign | 0x7c00);  // rounds to inf
   if (abs < 0x38800000) {                                     // subnormal or zero in half
     if (abs < 0x33000000) return (uint16_t)sign;

@@ -1,0 +1,107 @@
+// Chooses the kernel table once per process from what the CPU and OS both support.
+#include <cstdlib>
+#include <string>
+
+#include "kernels/tables.h"
+#include "kiln/error.h"
+
+#ifdef KILN_HAVE_X86
+#include <cpuid.h>
+#endif
+
+namespace kiln::kernels {
+namespace {
+
+#ifdef KILN_HAVE_X86
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2 + FMA + F16C, YMM state enabled by the OS
+  bool avx512 = false;  // F/BW/VL/DQ/VNNI, ZMM + opmask state enabled by the OS
+};
+
+// cpuid + xgetbv rather than trusting the CPU alone: a kernel or hypervisor may leave
+// the wide register state disabled, and then the instructions fault.
+CpuFeatures detect() {
+  CpuFeatures f;
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12),
+             f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = xgetbv0();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE + AVX
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM hi256, hi16 ZMM
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
+             avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
+  f.avx2 = ymm_state && avx2 && fma && f16c;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  return f;
+}
+
+const CpuFeatures& features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+#endif
+
+const Ops& choose() {
+  const char* forced = std::getenv("KILN_ISA");
+  if (forced && *forced) {
+    const std::string want = forced;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+      if (want != isa_name(isa)) continue;
+      if (const Ops* table = ops_for(isa)) return *table;
+      throw Error("KILN_ISA=" + want + ": this CPU (or this build) does not support " + want);
+    }
+    throw Error("KILN_ISA=" + want + ": unknown ISA (expected scalar, avx2 or avx512)");
+  }
+  const std::vector<Isa> isas = available_isas();
+  return *ops_for(isas.back());
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+const Ops* ops_for(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return &scalar_ops();
+#ifdef KILN_HAVE_X86
+    case Isa::avx2: return features().avx2 ? &avx2_ops() : nullptr;
+    case Isa::avx512: return features().avx512 ? &avx512_ops() : nullptr;
+#else
+    default: return nullptr;
+#endif
+  }
+  return nullptr;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas{Isa::scalar};
+  for (Isa isa : {Isa::avx2, Isa::avx512})
+    if (ops_for(isa)) isas.push_back(isa);
+  return isas;
+}
+
+// A function-local static: initialized once, thread-safe, and a throw (bad KILN_ISA)
+// propagates to the caller and is retried on the next call rather than cached.
+const Ops& ops() {
+  static const Ops& table = choose();
+  return table;
+}
+
+}  // namespace kiln::kernels

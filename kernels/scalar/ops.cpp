@@ -1,0 +1,133 @@
+// Reference kernels: plain loops, the ground truth every SIMD table is tested against.
+// Also the only table on non-x86 builds, so each loop is kept auto-vectorizer friendly.
+#include <cmath>
+
+#include "kernels/tables.h"
+
+namespace kiln::kernels {
+namespace {
+
+float weight_at(TensorType type, const char* row, size_t i) {
+  switch (type) {
+    case TensorType::F32: {
+      float v;
+      std::memcpy(&v, row + 4 * i, 4);
+      return v;
+    }
+    case TensorType::F16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      return fp16_to_f32(h);
+    }
+    case TensorType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    default:
+      return 0.0f;  // unreachable: gemm_supports() gates the types
+  }
+}
+
+bool gemm_supports(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+}
+
+// One float accumulator per output, k in order: the simplest rounding to reason about.
+void gemm(const GemmArgs& a) {
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const char* row = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+    for (size_t b = 0; b < a.n_batch; ++b) {
+      const float* x = a.x + b * a.ldx;
+      float sum = 0.0f;
+      for (size_t i = 0; i < a.k; ++i) sum += weight_at(a.w_type, row, i) * x[i];
+      a.y[b * a.ldy + r] = sum;
+    }
+  }
+}
+
+float dot(const float* a, const float* b, size_t n) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void axpy(float a, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale(float* y, float a, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+void add(const float* a, const float* b, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void rmsnorm(const float* x, const float* weight, float* out, size_t n, float eps) {
+  float sum_sq = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum_sq += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(sum_sq / (float)n + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
+}
+
+void softmax(float* x, size_t n) {
+  if (n == 0) return;
+  float max = x[0];
+  for (size_t i = 1; i < n; ++i) max = x[i] > max ? x[i] : max;
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(const float* gate, const float* up, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void rope(float* x, size_t n_heads, size_t head_dim, size_t n_rot, const float* cos_sin,
+          bool neox) {
+  const size_t half = n_rot / 2;
+  for (size_t h = 0; h < n_heads; ++h) {
+    float* head = x + h * head_dim;
+    for (size_t i = 0; i < half; ++i) {
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      float* p0 = neox ? head + i : head + 2 * i;
+      float* p1 = neox ? head + i + half : head + 2 * i + 1;
+      const float x0 = *p0, x1 = *p1;
+      *p0 = x0 * c - x1 * s;
+      *p1 = x0 * s + x1 * c;
+    }
+  }
+}
+
+void fp16_to_f32_n(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp16_to_f32(in[i]);
+}
+void f32_to_fp16_n(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_fp16(in[i]);
+}
+void bf16_to_f32_n(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+void f32_to_bf16_n(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+const Ops kScalarOps = {
+    Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
+    add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
+    f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
+};
+
+}  // namespace
+
+const Ops& scalar_ops() { return kScalarOps; }
+
+}  // namespace kiln::kernels

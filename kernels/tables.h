@@ -1,0 +1,14 @@
+#pragma once
+// Internal: the per-ISA Ops tables that dispatch.cpp chooses from. Each lives in a TU
+// compiled with its own ISA flags, so nothing here may be inline code.
+#include "kernels/kernels.h"
+
+namespace kiln::kernels {
+
+const Ops& scalar_ops();
+#ifdef KILN_HAVE_X86
+const Ops& avx2_ops();
+const Ops& avx512_ops();
+#endif
+
+}  // namespace kiln::kernels

@@ -1,0 +1,166 @@
+// AVX-512 gemm for F32/F16/BF16 weights against F32 activations.
+//
+// Shape: W rows and X rows are both contiguous along k, so every output is a dot
+// product. A tile keeps RW x RB accumulators of 16 lanes in registers; each k step loads
+// RB activation vectors and converts each of the RW weight vectors once, reusing it
+// across the batch rows.
+//
+// Determinism: every (b, r) output owns exactly one accumulator, fed the products of
+// 16-element chunks in increasing k, then a masked tail chunk, then the same horizontal
+// reduction. Tile shape only decides which outputs share a loop, never the arithmetic,
+// so results do not depend on r0/r1, n_batch or which tile an output landed in.
+//
+// Everything is in an anonymous namespace: no out-of-line AVX-512 copy of a shared
+// inline function can leak to other translation units.
+// GCC 12 flags the deliberately undefined upper lanes inside its own 512->256 extract
+// intrinsics as uninitialized; a false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <utility>
+
+#include "kernels/kernels.h"
+
+namespace kiln::kernels::avx512 {
+namespace {
+
+constexpr int kMaxRw = 8;  // weight rows per tile
+constexpr int kMaxRb = 4;  // batch rows per tile
+
+template <TensorType T>
+inline __m512 load_w(const char* row, size_t i) {
+  if constexpr (T == TensorType::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i));
+    if constexpr (T == TensorType::F16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Masked loads never touch memory past the row end (no fault, no uninitialised lanes).
+template <TensorType T>
+inline __m512 load_w_tail(const char* row, size_t i, __mmask16 m) {
+  if constexpr (T == TensorType::F32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * i);
+    if constexpr (T == TensorType::F16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Fixed tree: 16 -> 8 -> 4 -> 2 -> 1 lanes, identical for every output.
+inline float hsum(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+
+template <TensorType T, int RW, int RB>
+void tile(const GemmArgs& a, size_t r, size_t b) {
+  const char* w = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+  const float* x = a.x + b * a.ldx;
+  const size_t wrb = a.w_row_bytes, ldx = a.ldx, k = a.k, k16 = k & ~size_t{15};
+
+  __m512 acc[RW][RB];
+#pragma GCC unroll 8
+  for (int i = 0; i < RW; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < RB; ++j) acc[i][j] = _mm512_setzero_ps();
+
+  for (size_t i = 0; i < k16; i += 16) {
+    __m512 xv[RB];
+#pragma GCC unroll 4
+    for (int j = 0; j < RB; ++j) xv[j] = _mm512_loadu_ps(x + j * ldx + i);
+#pragma GCC unroll 8
+    for (int rr = 0; rr < RW; ++rr) {
+      const __m512 wv = load_w<T>(w + rr * wrb, i);
+#pragma GCC unroll 4
+      for (int j = 0; j < RB; ++j) acc[rr][j] = _mm512_fmadd_ps(wv, xv[j], acc[rr][j]);
+    }
+  }
+  if (k16 < k) {
+    const __mmask16 m = (__mmask16)((1u << (k - k16)) - 1);
+    __m512 xv[RB];
+#pragma GCC unroll 4
+    for (int j = 0; j < RB; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x + j * ldx + k16);
+#pragma GCC unroll 8
+    for (int rr = 0; rr < RW; ++rr) {
+      const __m512 wv = load_w_tail<T>(w + rr * wrb, k16, m);
+#pragma GCC unroll 4
+      for (int j = 0; j < RB; ++j) acc[rr][j] = _mm512_fmadd_ps(wv, xv[j], acc[rr][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int rr = 0; rr < RW; ++rr)
+#pragma GCC unroll 4
+    for (int j = 0; j < RB; ++j) a.y[(b + j) * a.ldy + r + rr] = hsum(acc[rr][j]);
+}
+
+using TileFn = void (*)(const GemmArgs&, size_t, size_t);
+
+template <TensorType T, int RW, int... RBs>
+constexpr void fill_row(TileFn (&t)[kMaxRw + 1][kMaxRb + 1], std::integer_sequence<int, RBs...>) {
+  ((t[RW][RBs + 1] = &tile<T, RW, RBs + 1>), ...);
+}
+template <TensorType T, int... RWs>
+constexpr void fill(TileFn (&t)[kMaxRw + 1][kMaxRb + 1], std::integer_sequence<int, RWs...>) {
+  (fill_row<T, RWs + 1>(t, std::make_integer_sequence<int, kMaxRb>{}), ...);
+}
+
+struct TileTable {
+  TileFn fn[kMaxRw + 1][kMaxRb + 1] = {};
+};
+template <TensorType T>
+constexpr TileTable make_table() {
+  TileTable t;
+  fill<T>(t.fn, std::make_integer_sequence<int, kMaxRw>{});
+  return t;
+}
+constexpr TileTable kF32 = make_table<TensorType::F32>();
+constexpr TileTable kF16 = make_table<TensorType::F16>();
+constexpr TileTable kBF16 = make_table<TensorType::BF16>();
+
+inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+// Rows [r0, r1) x batch [b0, b1) in tiles of rw x rb; edges get the smaller shapes.
+void run_tiles(const TileTable& t, const GemmArgs& a, size_t b0, size_t b1, int rw, int rb) {
+  for (size_t r = a.r0; r < a.r1; r += rw) {
+    const int nr = (int)min_size(rw, a.r1 - r);
+    for (size_t b = b0; b < b1; b += rb) {
+      const int nb = (int)min_size(rb, b1 - b);
+      t.fn[nr][nb](a, r, b);
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm_supports(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+}
+
+void gemm(const GemmArgs& a) {
+  if (a.r0 >= a.r1 || a.n_batch == 0) return;
+  const TileTable& t = a.w_type == TensorType::F32 ? kF32
+                       : a.w_type == TensorType::F16 ? kF16
+                                                     : kBF16;
+  if (a.n_batch <= 3) {
+    // Decode-like: bandwidth bound, so many weight rows in flight and each streamed once.
+    run_tiles(t, a, 0, a.n_batch, kMaxRw, (int)a.n_batch);
+    return;
+  }
+  // Prefill: compute bound. Take the batch in blocks whose activations stay in L2 while
+  // the weight rows of a tile (hot in L1) are swept across the block.
+  const size_t x_budget = 512 * 1024;
+  size_t block = x_budget / (a.k * sizeof(float) + 1);
+  block = block < kMaxRb ? kMaxRb : block - block % kMaxRb;
+  for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
+    run_tiles(t, a, b0, min_size(b0 + block, a.n_batch), 6, kMaxRb);
+}
+
+}  // namespace kiln::kernels::avx512

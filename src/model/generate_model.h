@@ -1,0 +1,52 @@
+#pragma once
+// Llama-architecture GGUF files with seeded random weights of a real model's shape: the
+// benchmark stand-in for models we cannot ship, and tiny models tests build on the fly.
+// Used by tools/kiln-gen.cpp and tests; the numbers are noise, the shapes and the file
+// layout are exactly what a converted checkpoint of that shape would have.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/gguf.h"
+#include "kiln/tensor_type.h"
+
+namespace kiln::gen {
+
+struct ModelShape {
+  std::string name;
+  uint32_t dim = 0;         // embedding_length
+  uint32_t n_layers = 0;    // block_count
+  uint32_t n_heads = 0;     // attention.head_count
+  uint32_t n_kv_heads = 0;  // attention.head_count_kv
+  uint32_t ffn_dim = 0;     // feed_forward_length
+  uint32_t n_ctx = 0;       // context_length
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+};
+
+// The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny"); nullopt if unknown.
+std::optional<ModelShape> find_shape(const std::string& name);
+std::vector<std::string> shape_names();
+
+struct GenerateOptions {
+  ModelShape shape;
+  TensorType type = TensorType::F16;  // of the 2-D weights; norm weights are always F32
+  uint64_t seed = 1;
+  // Weights are uniform with this standard deviation: 0.02 is the usual init scale of
+  // Llama-family checkpoints, small enough that the residual stream stays well-behaved.
+  double weight_std = 0.02;
+  // Norm weights are 1 + uniform(-norm_jitter, norm_jitter); 0 gives the 1.0 of a fresh
+  // model. Tests use a jitter so that a runtime ignoring the norm weights is caught.
+  double norm_jitter = 0.0;
+  bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd)
+};
+
+// Builds the file in memory: llama.* hyperparameters from the shape, every tokenizer.*
+// key copied from `vocab` (whose token list fixes n_vocab), random weights. Each tensor
+// gets its own stream derived from (seed, tensor name), so a tensor's values do not
+// depend on the order or number of the others (--layers 1 is a prefix of the full model).
+// Throws kiln::Error for a bad shape, type or vocabulary.
+gguf::Writer build_model(const GenerateOptions& options, const gguf::File& vocab);
+
+}  // namespace kiln::gen

@@ -1,0 +1,120 @@
+// Vocab::from_gguf: the tokenizer.ggml.* keys, with llama.cpp's per-model defaults for
+// whatever a file leaves out, validated so that no later lookup can go out of range.
+#include <string>
+
+#include "kiln/error.h"
+#include "kiln/gguf.h"
+#include "kiln/tokenizer.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::string_view kPrefix = "tokenizer.ggml.";
+
+std::string key(std::string_view name) { return std::string(kPrefix) + std::string(name); }
+
+// Defaults a converter relies on when it omits keys; they follow the conventions GGUF
+// producers assume for each tokenizer family.
+void apply_model_defaults(Vocab& v) {
+  if (v.model == "llama") {
+    v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;
+    v.add_bos = true, v.add_space_prefix = true;
+  } else if (v.model == "gpt2") {
+    v.bos_id = 11, v.eos_id = 11;
+    v.add_bos = false, v.add_space_prefix = false;
+  } else if (v.model == "bert") {
+    v.bos_id = 101, v.unk_id = 100, v.pad_id = 0;
+    v.add_bos = true, v.add_space_prefix = false;
+  } else if (v.model == "t5") {
+    v.eos_id = 1, v.unk_id = 2, v.pad_id = 0;
+    v.add_bos = false, v.add_space_prefix = true;
+  } else {
+    v.add_bos = false, v.add_space_prefix = false;
+  }
+}
+
+// A special token id: absent -> keep the default; 0xFFFFFFFF / -1 -> "none" (converters
+// write that for unset ids); anything else must index the vocabulary.
+void read_special_id(const gguf::File& f, std::string_view name, const Vocab& v, int32_t& id,
+                     bool tolerate_out_of_range = false) {
+  const std::string k = key(name);
+  const gguf::Value* val = f.find(k);
+  if (!val) return;
+  if (!val->is_integer()) {
+    throw Error(f.path() + ": " + k + " has type " + gguf::value_type_name(val->type) +
+                ", expected an integer");
+  }
+  const bool is_signed = val->type == gguf::ValueType::INT8 || val->type == gguf::ValueType::INT16 ||
+                         val->type == gguf::ValueType::INT32 || val->type == gguf::ValueType::INT64;
+  if ((is_signed && val->i == -1) || (!is_signed && (val->u == 0xFFFFFFFFull || val->u == ~0ull))) {
+    id = -1;
+    return;
+  }
+  const bool in_range = is_signed ? (val->i >= 0 && (uint64_t)val->i < v.size()) : val->u < v.size();
+  if (in_range) {
+    id = is_signed ? (int32_t)val->i : (int32_t)val->u;
+    return;
+  }
+  // Published files exist whose padding id points one past the vocabulary; padding is
+  // never used for generation, so such a file stays loadable without it.
+  if (tolerate_out_of_range) {
+    id = -1;
+    return;
+  }
+  throw Error(f.path() + ": " + k + " is " + (is_signed ? std::to_string(val->i) : std::to_string(val->u)) +
+              ", outside the vocabulary of " + std::to_string(v.size()) + " tokens");
+}
+
+void check_length(const gguf::File& f, std::string_view name, size_t n, size_t n_tokens) {
+  if (n != 0 && n != n_tokens) {
+    throw Error(f.path() + ": " + key(name) + " has " + std::to_string(n) + " entries, tokens has " +
+                std::to_string(n_tokens));
+  }
+}
+
+}  // namespace
+
+Vocab Vocab::from_gguf(const gguf::File& f) {
+  Vocab v;
+  v.model = f.get_string(key("model"));
+  v.pre = f.get_string(key("pre"), "");
+  apply_model_defaults(v);
+  // "none"/"no_vocab" files (embedding-only models) legitimately carry no tokens.
+  if (v.model == "none" || v.model == "no_vocab") {
+    if (!f.has(key("tokens"))) return v;
+  }
+
+  v.tokens = f.get_string_array(key("tokens"));
+  v.scores = f.get_float_array(key("scores"));
+  check_length(f, "scores", v.scores.size(), v.tokens.size());
+
+  const std::vector<int32_t> types = f.get_int_array(key("token_type"));
+  check_length(f, "token_type", types.size(), v.tokens.size());
+  v.types.reserve(types.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] < 0 || types[i] > (int32_t)TokenType::byte) {
+      throw Error(f.path() + ": " + key("token_type") + "[" + std::to_string(i) + "] is " +
+                  std::to_string(types[i]) + ", not a known token type (0..6)");
+    }
+    v.types.push_back((TokenType)types[i]);
+  }
+  if (f.has(key("merges"))) v.merges = f.get_string_array(key("merges"));
+
+  read_special_id(f, "bos_token_id", v, v.bos_id);
+  read_special_id(f, "eos_token_id", v, v.eos_id);
+  read_special_id(f, "unknown_token_id", v, v.unk_id);
+  read_special_id(f, "padding_token_id", v, v.pad_id, /*tolerate_out_of_range=*/true);
+  read_special_id(f, "eot_token_id", v, v.eot_id);
+  read_special_id(f, "eom_token_id", v, v.eom_id);
+  // Defaults may not fit a small vocabulary (bert's 101 in a 50-token test vocab).
+  for (int32_t* id : {&v.bos_id, &v.eos_id, &v.unk_id, &v.pad_id, &v.eot_id, &v.eom_id}) {
+    if (*id >= (int32_t)v.size()) *id = -1;
+  }
+
+  v.add_bos = f.get_bool(key("add_bos_token"), v.add_bos);
+  v.add_eos = f.get_bool(key("add_eos_token"), v.add_eos);
+  v.add_space_prefix = f.get_bool(key("add_space_prefix"), v.add_space_prefix);
+  return v;
+}
+
+}  // namespace kiln

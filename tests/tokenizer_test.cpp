@@ -1,0 +1,217 @@
+// SentencePiece tokenization against reference data: the vocab test vectors in
+// ../shared/vocab and the llama2.c tok512.model that stories260K.gguf was converted from.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if __has_include(<sentencepiece_processor.h>)
+#include <sentencepiece_processor.h>
+#define KILN_TEST_HAVE_SPM 1
+#endif
+
+#include "kiln/error.h"
+#include "kiln/gguf.h"
+#include "kiln/tokenizer.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+struct VocabCase {
+  std::string input;
+  std::vector<int32_t> expected;
+};
+
+// NAME.gguf.inp: inputs each followed by "\n__ggml_vocab_test__\n"; NAME.gguf.out: one
+// line of space-separated ids per input.
+std::vector<VocabCase> load_cases(const std::string& gguf_rel) {
+  const std::string inp = test::read_file(test::shared_path(gguf_rel + ".inp"));
+  const std::string outp = test::read_file(test::shared_path(gguf_rel + ".out"));
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<VocabCase> cases;
+  for (size_t pos = 0; pos < inp.size();) {
+    size_t end = inp.find(sep, pos);
+    if (end == std::string::npos) end = inp.size();
+    cases.push_back({inp.substr(pos, end - pos), {}});
+    pos = end + sep.size();
+  }
+  std::istringstream lines(outp);
+  std::string line;
+  size_t i = 0;
+  while (std::getline(lines, line)) {
+    if (i >= cases.size()) {
+      ADD_FAILURE() << gguf_rel << ".out has more lines than inputs";
+      break;
+    }
+    std::istringstream ids(line);
+    int32_t id;
+    while (ids >> id) cases[i].expected.push_back(id);
+    ++i;
+  }
+  EXPECT_EQ(i, cases.size()) << gguf_rel << ": inputs and expected lines differ in number";
+  return cases;
+}
+
+std::unique_ptr<Tokenizer> gguf_tokenizer(const std::string& rel) {
+  auto file = gguf::File::open(test::shared_path(rel));
+  return Tokenizer::from_gguf(*file);
+}
+
+std::string ids_to_string(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s;
+}
+
+class VocabVectors : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VocabVectors, ReproducesEveryReferenceLine) {
+  const std::string rel = std::string("vocab/") + GetParam();
+  auto tok = gguf_tokenizer(rel);
+  const auto cases = load_cases(rel);
+  ASSERT_EQ(cases.size(), 46u);  // guards against a parser that silently reads nothing
+  size_t passed = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto got = tok->encode(cases[i].input, /*add_bos=*/false);
+    if (got == cases[i].expected) {
+      ++passed;
+    } else {
+      ADD_FAILURE() << rel << " case " << i << " input [" << cases[i].input << "]\n  expected "
+                    << ids_to_string(cases[i].expected) << "\n  got      " << ids_to_string(got);
+    }
+  }
+  EXPECT_EQ(passed, cases.size());
+  std::printf("%s: %zu/%zu inputs reproduced\n", GetParam(), passed, cases.size());
+}
+
+// decode(encode(x)) gives x back, with the dummy-prefix space in front of non-empty text.
+TEST_P(VocabVectors, DecodeRoundTrips) {
+  const std::string rel = std::string("vocab/") + GetParam();
+  auto tok = gguf_tokenizer(rel);
+  ASSERT_TRUE(tok->vocab().add_space_prefix);
+  for (const auto& c : load_cases(rel)) {
+    const std::string expected = c.input.empty() ? "" : " " + c.input;
+    EXPECT_EQ(tok->decode(tok->encode(c.input, false)), expected) << "input [" << c.input << "]";
+    // BOS decodes to nothing unless special tokens are asked for.
+    EXPECT_EQ(tok->decode(tok->encode(c.input, true)), expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Spm, VocabVectors,
+                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"));
+
+// tok512.model was trained with remove_extra_whitespaces=true (its default), which GGUF
+// conversion does not carry over, so these texts avoid leading/trailing/double spaces.
+const std::vector<std::string> kStoryTexts = {
+    "Once upon a time",
+    "Once upon a time, there was a little girl named Lily.",
+    "She liked to play outside in the sun. One day, she saw a big red ball!",
+    "\"Mommy, can I have it?\" asked Tom.",
+    "The cat's toy was 123 inches long; wow.",
+    "Zebras and quixotic jugglers vex the brave xylophone.",
+    "caf\xC3\xA9 na\xC3\xAFve \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\xA6\x99 \xD0\x9F\xD1\x80\xD0\xB8",
+    "line one\nline two\ttab",
+    "a",
+    "",
+};
+
+TEST(Stories260K, GgufMatchesTok512ModelFile) {
+  auto from_gguf = gguf_tokenizer("models/stories260K.gguf");
+  auto from_file = Tokenizer::from_spm_file(test::shared_path("models/tok512.model"));
+  ASSERT_EQ(from_gguf->n_vocab(), 512);
+  ASSERT_EQ(from_file->n_vocab(), 512);
+  EXPECT_EQ(from_gguf->vocab().tokens, from_file->vocab().tokens);
+  EXPECT_EQ(from_file->bos(), 1);
+  EXPECT_EQ(from_file->eos(), 2);
+  EXPECT_EQ(from_file->vocab().unk_id, 0);
+  for (const std::string& text : kStoryTexts) {
+    for (bool bos : {false, true}) {
+      EXPECT_EQ(from_gguf->encode(text, bos), from_file->encode(text, bos)) << "text [" << text << "]";
+    }
+  }
+}
+
+TEST(Stories260K, OnceUponATimeKnownIds) {
+  // From tok512.model through libsentencepiece alone (a standalone program, outside kiln):
+  // <s> ▁Once ▁upon ▁a ▁time
+  const std::vector<int32_t> expected = {1, 403, 407, 261, 378};
+  auto tok = gguf_tokenizer("models/stories260K.gguf");
+  EXPECT_EQ(tok->encode("Once upon a time", true), expected);
+  EXPECT_EQ(tok->encode("Once upon a time", false),
+            std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(tok->decode(expected), " Once upon a time");
+}
+
+#ifdef KILN_TEST_HAVE_SPM
+// The same comparison computed at test time by calling libsentencepiece directly.
+TEST(Stories260K, MatchesLibsentencepieceDirectly) {
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.Load(test::shared_path("models/tok512.model")).ok());
+  auto tok = gguf_tokenizer("models/stories260K.gguf");
+  for (const std::string& text : kStoryTexts) {
+    std::vector<int> ref;
+    ASSERT_TRUE(sp.Encode(text, &ref).ok());
+    EXPECT_EQ(tok->encode(text, false), std::vector<int32_t>(ref.begin(), ref.end()))
+        << "text [" << text << "]";
+  }
+}
+#endif
+
+// Characters the 512-piece vocabulary lacks come out as their UTF-8 bytes.
+TEST(Stories260K, ByteFallbackForEmojiAndCjk) {
+  auto tok = gguf_tokenizer("models/stories260K.gguf");
+  const auto& v = tok->vocab();
+  auto byte_id = [&](int b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v.tokens[i] == name) return (int32_t)i;
+    }
+    return -1;
+  };
+  for (const std::string text : {"\xF0\x9F\xA6\x99", "\xE4\xBD\xA0\xE5\xA5\xBD"}) {  // 🦙, 你好
+    const auto ids = tok->encode(text, false);
+    ASSERT_EQ(ids.size(), text.size() + 1) << "expected ▁ then one token per byte";
+    EXPECT_EQ(v.tokens[(size_t)ids[0]], "\xE2\x96\x81");
+    for (size_t i = 0; i < text.size(); ++i) {
+      EXPECT_EQ(ids[i + 1], byte_id((uint8_t)text[i]));
+      EXPECT_EQ(v.types[(size_t)ids[i + 1]], TokenType::byte);
+    }
+    EXPECT_EQ(tok->decode(ids), " " + text);
+  }
+}
+
+TEST(Stories260K, FromSpmFileHonoursItsOwnNormalizer) {
+  // tok512.model collapses runs of spaces (remove_extra_whitespaces defaults to true in
+  // its normalizer spec); the GGUF conversion keeps them, as llama.cpp does.
+  auto from_file = Tokenizer::from_spm_file(test::shared_path("models/tok512.model"));
+  auto from_gguf = gguf_tokenizer("models/stories260K.gguf");
+  EXPECT_EQ(from_file->encode("a  b", false), from_file->encode("a b", false));
+  EXPECT_NE(from_gguf->encode("a  b", false), from_gguf->encode("a b", false));
+}
+
+TEST(SpmFile, MissingFileThrowsNamingIt) {
+  try {
+    Tokenizer::from_spm_file("/nonexistent/tokenizer.model");
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/tokenizer.model"), std::string::npos);
+  }
+}
+
+TEST(SpmFile, Llama2ModelMatchesLlamaSpmGguf) {
+  auto from_file = Tokenizer::from_spm_file(test::shared_path("tokenizers/llama2-spm/tokenizer.model"));
+  auto from_gguf = gguf_tokenizer("vocab/ggml-vocab-llama-spm.gguf");
+  ASSERT_EQ(from_file->n_vocab(), from_gguf->n_vocab());
+  EXPECT_EQ(from_file->vocab().types, from_gguf->vocab().types);
+  for (const auto& c : load_cases("vocab/ggml-vocab-llama-spm.gguf")) {
+    EXPECT_EQ(from_file->encode(c.input, false), c.expected) << "input [" << c.input << "]";
+  }
+}
+
+}  // namespace
+}  // namespace kiln
