@@ -1,6 +1,9 @@
 // The real kiln binary on the shared models: golden texts, streams, exit codes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <sstream>
+
 #include "test_util.h"
 
 using namespace kiln::test;
@@ -15,13 +18,15 @@ CommandResult kiln_run(const std::string& args, const std::string& input = "") {
   return run_command(kiln() + " " + args, input);
 }
 
-// One line, naming what was wrong.
+// The error is one line (the last on stderr, after any load info), naming what was wrong.
 void expect_one_line_error(const CommandResult& r, int code, const std::string& fragment) {
   EXPECT_EQ(r.exit_code, code) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   const std::string err = trim(r.err);
-  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-  EXPECT_NE(err.find(fragment), std::string::npos) << err;
+  const std::string last_line = err.substr(err.rfind('\n') == std::string::npos ? 0 : err.rfind('\n') + 1);
+  EXPECT_EQ(last_line.rfind("kiln: error: ", 0), 0u) << err;
+  EXPECT_EQ(err.find("error"), err.rfind("error")) << "more than one error line: " << err;
+  EXPECT_NE(last_line.find(fragment), std::string::npos) << err;
 }
 
 }  // namespace
@@ -176,4 +181,25 @@ TEST(E2E, PerplexityPrintsAFinalLine) {
   // The model wrote this text greedily itself, so it must find it very predictable.
   EXPECT_GT(ppl, 1.0);
   EXPECT_LT(ppl, 3.0);
+}
+
+// Scored like llama-perplexity: same chunks, same scored halves, so the numbers agree with
+// the ones llama.cpp printed for the same file (tests/data/README.md) up to float noise.
+TEST(E2E, PerplexityMatchesLlamaCpp) {
+  const std::string data = std::string(KILN_SOURCE_DIR) + "/tests/data/";
+  std::istringstream refs(read_file(data + "story.llama-perplexity.txt"));
+  int n_ctx;
+  double want_ppl, want_err;
+  int checked = 0;
+  while (refs >> n_ctx >> want_ppl >> want_err) {
+    auto r = kiln_run("perplexity " + shell_quote(model()) + " -f " + shell_quote(data + "story.txt") + " -c " +
+                      std::to_string(n_ctx));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    double ppl = 0, err = 0;
+    ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
+    EXPECT_NEAR(ppl, want_ppl, want_ppl * 2e-4) << "n_ctx " << n_ctx;
+    EXPECT_NEAR(err, want_err, want_err * 2e-3) << "n_ctx " << n_ctx;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
 }

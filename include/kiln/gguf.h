@@ -70,6 +70,7 @@ class File {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  uint64_t data_offset() const { return data_offset_; }  // where tensor data starts
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
@@ -101,6 +102,7 @@ class File {
   uint64_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<TensorInfo> tensors_;

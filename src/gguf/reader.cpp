@@ -217,6 +217,7 @@ void File::parse() {
 
   uint64_t data_start = cur.pos();
   if (data_start % alignment_) data_start += alignment_ - data_start % alignment_;
+  data_offset_ = data_start;
   if (!tensors_.empty() && data_start > size_)
     fail("tensor data section starts at byte " + std::to_string(data_start) + ", past the end of the file (" +
          std::to_string(size_) + " bytes; truncated?)");
