@@ -11,11 +11,11 @@ using namespace kiln::test;
 namespace {
 
 std::string model() { return shared_path("models/stories260K.gguf"); }
-std::string kiln() { return shell_quote(kiln_binary()); }
+std::string kiln_cmd() { return shell_quote(kiln_binary()); }
 std::string golden(const std::string& name) { return trim(read_file(shared_path("models/expected/" + name))); }
 
 CommandResult kiln_run(const std::string& args, const std::string& input = "") {
-  return run_command(kiln() + " " + args, input);
+  return run_command(kiln_cmd() + " " + args, input);
 }
 
 // The error is one line (the last on stderr, after any load info), naming what was wrong.
@@ -202,4 +202,33 @@ TEST(E2E, PerplexityMatchesLlamaCpp) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);
+}
+
+// Ctrl-C (SIGINT) during an answer stops that answer only; the chat takes the next line.
+TEST(E2E, ChatCtrlCStopsTheAnswerNotTheProgram) {
+  const std::string dir = temp_dir() + "/ctrlc";
+  ASSERT_EQ(run_command("rm -rf " + shell_quote(dir) + " && mkdir -p " + shell_quote(dir) + " && mkfifo " +
+                        shell_quote(dir + "/in")).exit_code, 0);
+  // grow N: wait (at most ~10 s) until the answer stream is N bytes longer than at the start.
+  const std::string script =
+      "cd " + shell_quote(dir) + " || exit 9\n" +
+      kiln_cmd() + " chat " + shell_quote(model()) +
+      " -c 4096 --temp 0 --ignore-eos <in >out 2>err &\n"
+      "pid=$!\n"
+      "exec 3>in\n"
+      "grow() { start=$(wc -c <out); i=0; while [ $(( $(wc -c <out) - start )) -lt $1 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; }\n"
+      "echo 'Once upon a time' >&3; grow 100; kill -INT $pid\n"
+      "grep -q stopped err || sleep 0.5\n"
+      "echo 'The dog' >&3; grow 100; kill -INT $pid; sleep 0.3\n"
+      "echo /bye >&3; exec 3>&-\n"
+      "wait $pid; echo $?\n";
+  write_file(dir + "/script.sh", script);
+  auto r = run_command("sh " + shell_quote(dir + "/script.sh"));
+  const std::string err = read_file(dir + "/err");
+  EXPECT_EQ(trim(r.out), "0") << err << r.err;
+  size_t stopped = 0;
+  for (size_t at = 0; (at = err.find("(stopped)", at)) != std::string::npos; ++at) ++stopped;
+  EXPECT_EQ(stopped, 2u) << err;
+  EXPECT_EQ(err.find("context"), std::string::npos) << "an answer ran to the end of the context: " << err;
+  EXPECT_GT(read_file(dir + "/out").size(), 200u);
 }

@@ -20,14 +20,26 @@
 // GCC sees the malloc-backed new inlined next to free and warns; the pair is consistent.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
+// Every non-aligned form is replaced so no pointer crosses between this malloc-based
+// pair and another allocator (AddressSanitizer checks that).
 static std::atomic<long> g_allocations{0};
-void* operator new(std::size_t n) {
+static void* counted_malloc(std::size_t n) noexcept {
   ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace kiln {
 namespace {

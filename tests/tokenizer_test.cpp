@@ -63,7 +63,10 @@ std::unique_ptr<Tokenizer> gguf_tokenizer(const std::string& rel) {
 
 std::string ids_to_string(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
@@ -157,6 +160,30 @@ TEST(Stories260K, MatchesLibsentencepieceDirectly) {
     ASSERT_TRUE(sp.Encode(text, &ref).ok());
     EXPECT_EQ(tok->encode(text, false), std::vector<int32_t>(ref.begin(), ref.end()))
         << "text [" << text << "]";
+  }
+}
+
+// A tokenizer.model loaded with from_spm_file behaves exactly like libsentencepiece on
+// it, whatever its normalizer settings (openllama strips extra whitespace, llama2 not).
+TEST(SpmFile, MatchesLibsentencepieceOnEveryModelFile) {
+  const std::vector<std::string> texts = {
+      "Hello world", "  leading and  double  spaces ", "tabs\tand\nnewlines\n",
+      "caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\xA6\x99", "<s> is plain text here", ""};
+  for (const char* rel : {"models/tok512.model", "tokenizers/llama2-spm/tokenizer.model",
+                          "tokenizers/openllama-spm/tokenizer.model"}) {
+    sentencepiece::SentencePieceProcessor sp;
+    ASSERT_TRUE(sp.Load(test::shared_path(rel)).ok()) << rel;
+    auto tok = Tokenizer::from_spm_file(test::shared_path(rel));
+    EXPECT_EQ(tok->n_vocab(), sp.GetPieceSize()) << rel;
+    EXPECT_EQ(tok->bos(), sp.bos_id()) << rel;
+    EXPECT_EQ(tok->eos(), sp.eos_id()) << rel;
+    EXPECT_EQ(tok->vocab().unk_id, sp.unk_id()) << rel;
+    for (const std::string& text : texts) {
+      std::vector<int> ref;
+      ASSERT_TRUE(sp.Encode(text, &ref).ok());
+      EXPECT_EQ(tok->encode(text, false), std::vector<int32_t>(ref.begin(), ref.end()))
+          << rel << " text [" << text << "]";
+    }
   }
 }
 #endif

@@ -22,8 +22,7 @@ void on_sigint(int) { g_interrupted.store(true); }
 struct ChatOptions {
   LogOptions log;
   ModelOptions model;
-  SamplerParams sampling;
-  int32_t n_predict = -1;
+  GenerationOptions gen;
   std::string system;
 };
 
@@ -41,8 +40,9 @@ int chat(ChatOptions& o) {
   auto model = load_model(resolve_model_path(o.model.model));
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model));
-  Sampler sampler(o.sampling, model->config().n_vocab);
+  Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
+  generator.set_ignore_eos(o.gen.ignore_eos);
   PlainChatFormat format(tok);
 
   // No SA_RESTART: Ctrl-C at the prompt interrupts the read instead of waiting for Enter.
@@ -83,7 +83,7 @@ int chat(ChatOptions& o) {
     std::vector<int32_t> turn;
     try {
       turn = format.user_turn(line);
-      const GenerationStats st = generator.generate(turn, o.n_predict, [](std::string_view text) {
+      const GenerationStats st = generator.generate(turn, o.gen.n_predict, [](std::string_view text) {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
       }, &g_interrupted);
@@ -111,7 +111,7 @@ void register_chat(CLI::App& app, Action& action) {
   cmd->add_option("model", o->model.model, "Model file (GGUF)");
   cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
   add_runtime_options(*cmd, o->model);
-  add_sampling_options(*cmd, o->sampling, o->n_predict);
+  add_sampling_options(*cmd, o->gen);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return chat(*o); }; });
 }

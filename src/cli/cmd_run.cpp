@@ -13,8 +13,7 @@ namespace {
 struct RunOptions {
   LogOptions log;
   ModelOptions model;
-  SamplerParams sampling;
-  int32_t n_predict = -1;
+  GenerationOptions gen;
   std::vector<std::string> positional;
   std::string prompt;
   std::string prompt_file;
@@ -45,13 +44,14 @@ int run(RunOptions& o) {
   if (tokens.empty()) throw UsageError("the prompt is empty and this model adds no BOS token: nothing to start from");
 
   Session session(*model, session_params(o.model));
-  Sampler sampler(o.sampling, model->config().n_vocab);
+  Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
+  generator.set_ignore_eos(o.gen.ignore_eos);
   spdlog::debug("prompt: {} tokens, context {}, threads {}, seed {}", tokens.size(), session.n_ctx(),
                 session.n_threads(), sampler.seed());
 
   bool ends_with_newline = true;
-  const GenerationStats st = generator.generate(tokens, o.n_predict, [&](std::string_view text) {
+  const GenerationStats st = generator.generate(tokens, o.gen.n_predict, [&](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     ends_with_newline = text.back() == '\n';
@@ -77,7 +77,7 @@ void register_run(CLI::App& app, Action& action) {
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' for stdin)");
   cmd->add_option("--tokenizer", o->tokenizer_file, "Use this SentencePiece tokenizer.model instead of the GGUF's");
   add_runtime_options(*cmd, o->model);
-  add_sampling_options(*cmd, o->sampling, o->n_predict);
+  add_sampling_options(*cmd, o->gen);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return run(*o); }; });
 }

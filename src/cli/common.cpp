@@ -27,8 +27,10 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
   app.add_option("-t,--threads", opts.n_threads, "Threads (0: physical cores)")->check(CLI::NonNegativeNumber);
 }
 
-void add_sampling_options(CLI::App& app, SamplerParams& p, int32_t& n_predict) {
-  app.add_option("-n,--n-predict", n_predict, "Tokens to generate (-1: until end of text or full context)");
+void add_sampling_options(CLI::App& app, GenerationOptions& g) {
+  SamplerParams& p = g.sampling;
+  app.add_option("-n,--n-predict", g.n_predict, "Tokens to generate (-1: until end of text or full context)");
+  app.add_flag("--ignore-eos", g.ignore_eos, "Keep generating past end-of-text tokens");
   app.add_option("--temp,--temperature", p.temperature, "Temperature (0: greedy)");
   app.add_option("--top-k", p.top_k, "Top-k (0: off)");
   app.add_option("--top-p", p.top_p, "Top-p / nucleus (1: off)");

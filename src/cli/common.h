@@ -27,7 +27,12 @@ struct ModelOptions {
 // -m/--model is also accepted positionally by each command.
 void add_log_options(CLI::App& app, LogOptions& opts);
 void add_runtime_options(CLI::App& app, ModelOptions& opts);
-void add_sampling_options(CLI::App& app, SamplerParams& params, int32_t& n_predict);
+struct GenerationOptions {
+  SamplerParams sampling;
+  int32_t n_predict = -1;
+  bool ignore_eos = false;
+};
+void add_sampling_options(CLI::App& app, GenerationOptions& opts);
 
 // Applies --quiet/--verbose to the stderr logger.
 void setup_logging(const LogOptions& opts);

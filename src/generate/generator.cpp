@@ -1,6 +1,7 @@
 #include "kiln/generator.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "kiln/error.h"
 
@@ -67,6 +68,12 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
   while (true) {
     if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
     if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; break; }
+    if (ignore_eos_) {
+      masked_logits_.assign(logits.begin(), logits.end());
+      for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
+        if (tokenizer_.is_eog(id)) masked_logits_[id] = -INFINITY;
+      logits = masked_logits_;
+    }
     const int32_t token = sampler_.sample(logits);
     sampler_.accept(token);
     history_.push_back(token);

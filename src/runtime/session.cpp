@@ -97,7 +97,7 @@ struct Session::Impl {
     const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
     const float scale = 1.0f / std::sqrt((float)hd);
     const size_t n_tasks = B * c.n_heads;
-    pool.run([&](int tid, int nth) {
+    const auto heads = [&](int tid, int nth) {
       float* score = &scores[size_t(tid) * n_ctx];
       for (size_t task = tid; task < n_tasks; task += nth) {
         const size_t b = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
@@ -109,7 +109,10 @@ struct Session::Impl {
         std::fill_n(out, hd, 0.0f);
         for (size_t t = 0; t < n_keys; ++t) ops.axpy(score[t], kv_cache.v(l, t) + kvh * hd, out, hd);
       }
-    });
+    };
+    // As in matmul: tiny work is cheaper on one thread than waking the pool.
+    if (n_tasks * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1) heads(0, 1);
+    else pool.run(heads);
   }
 
   // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;

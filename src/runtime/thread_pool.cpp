@@ -53,15 +53,27 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
 // How long a waiter spins before sleeping: long enough to bridge the gap between two
 // kernels of one forward pass, short enough not to burn a core between tokens.
 constexpr auto kSpin = std::chrono::microseconds(100);
+// After this long spinning, yield between checks: if the machine is oversubscribed the
+// thread we wait for may need this very core.
+constexpr auto kPureSpin = std::chrono::microseconds(10);
 
 // Spins then sleeps until word != value. `sleepers` counts threads that may be in
 // futex_wait so the waker only pays for a syscall when someone actually sleeps.
 void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value, std::atomic<int>& sleepers) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  const auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
   for (int i = 0;; ++i) {
     if (word.load(std::memory_order_acquire) != value) return;
-    cpu_relax();
-    if ((i & 255) == 255 && std::chrono::steady_clock::now() > deadline) break;
+    if (yielding) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+    if ((i & 63) == 63) {
+      const auto spent = std::chrono::steady_clock::now() - start;
+      if (spent > kSpin) break;
+      yielding = spent > kPureSpin;
+    }
   }
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   while (word.load(std::memory_order_seq_cst) == value) futex_wait(word, value);

@@ -33,6 +33,12 @@ void for_each_penalized(std::span<const float> logits, std::span<const int32_t> 
 // thresholds. The slack is far below any meaningful probability difference.
 constexpr double kTopPSlack = 1e-6;
 
+// Width of each widening step of top-p's candidate band (a factor e^3 ~ 20 in p).
+constexpr float kBandNats = 3.0f;
+
+// Above this k, a heap pass costs more than materializing and nth_element.
+constexpr size_t kHeapTopKMax = 128;
+
 }  // namespace
 
 bool penalties_active(const SamplerParams& p) {
@@ -54,20 +60,23 @@ int32_t greedy(std::span<const float> logits, std::span<const int32_t> window,
 CandidateSet fill_candidates(std::span<const float> logits, std::span<const int32_t> window,
                              const SamplerParams& p, std::vector<TokenProb>& buf) {
   const size_t n = logits.size();
-  if (buf.size() < n) buf.resize(n);
+  const bool top_k_on = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
+  const size_t k = top_k_on ? static_cast<size_t>(p.top_k) : n;
+  const bool use_heap = top_k_on && k <= kHeapTopKMax;
+  if (buf.size() < (use_heap ? k : n)) buf.resize(use_heap ? k : n);
   TokenProb* d = buf.data();
 
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+  if (use_heap) {
     // Heap of the k best so far with the worst on top: most of a 150k vocabulary is
-    // rejected by one comparison, and nothing beyond k entries is ever written.
-    const size_t k = static_cast<size_t>(p.top_k);
+    // rejected by one comparison, and nothing beyond k entries is ever written. Ids
+    // arrive in increasing order, so a tie with the worst never beats it: '>' is exact.
     size_t filled = 0;
     for_each_penalized(logits, window, p, [&](size_t i, float v) {
       const TokenProb t{static_cast<int32_t>(i), v, 0.0f};
       if (filled < k) {
         d[filled++] = t;
         std::push_heap(d, d + filled, better);
-      } else if (better(t, d[0])) {
+      } else if (v > d[0].logit) {
         std::pop_heap(d, d + k, better);
         d[k - 1] = t;
         std::push_heap(d, d + k, better);
@@ -80,7 +89,10 @@ CandidateSet fill_candidates(std::span<const float> logits, std::span<const int3
   for_each_penalized(logits, window, p, [&](size_t i, float v) {
     d[i] = TokenProb{static_cast<int32_t>(i), v, 0.0f};
   });
-  return {d, n, false};
+  if (!top_k_on) return {d, n, false};
+  std::nth_element(d, d + k - 1, d + n, better);
+  std::sort(d, d + k, better);
+  return {d, k, true};
 }
 
 void softmax(CandidateSet& c) {
@@ -102,25 +114,43 @@ void softmax(CandidateSet& c) {
 void top_p(CandidateSet& c, float p) {
   if (p >= 1.0f || c.size <= 1) return;
   softmax(c);
-  // Sort lazily in growing chunks: the nucleus is usually a few dozen tokens, so a full
-  // vocabulary sort (top-k off) would be wasted. Anything past sorted_end is no better
-  // than what precedes it, so partial_sort on the tail extends the sorted prefix.
-  size_t sorted_end = c.sorted ? c.size : 0;
   const double target = static_cast<double>(p) - kTopPSlack;
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size; ++i) {
-    if (i == sorted_end) {
-      const size_t next = std::min(c.size, std::max<size_t>(64, sorted_end * 4));
-      std::partial_sort(c.data + sorted_end, c.data + next, c.data + c.size, better);
-      sorted_end = next;
+  size_t front = c.size;  // [0, front) will be sorted and holds at least `target` mass
+  if (!c.sorted) {
+    // The nucleus is usually a tiny part of the vocabulary (top-k off), so rather than
+    // sorting everything, move the tokens within a few nats of the best to the front,
+    // widening the band until it carries enough mass. Everything left behind is worse
+    // than everything in front, so sorting the front yields a prefix of the full order.
+    const float max_l = std::max_element(c.data, c.data + c.size, [](auto& a, auto& b) {
+                          return a.logit < b.logit;
+                        })->logit;
+    front = 0;
+    double mass = 0.0;
+    for (float delta = kBandNats; front < c.size; delta += kBandNats) {
+      // Past ~60 nats the rest weighs < n * e^-60: take it all, -inf logits included.
+      const float threshold = delta > 60.0f ? -std::numeric_limits<float>::infinity()
+                                            : max_l - delta;
+      TokenProb* mid = std::partition(c.data + front, c.data + c.size,
+                                      [&](const TokenProb& t) { return t.logit >= threshold; });
+      for (TokenProb* t = c.data + front; t < mid; ++t) mass += t->p;
+      front = static_cast<size_t>(mid - c.data);
+      if (mass >= target) break;
     }
+    std::sort(c.data, c.data + front, better);
+  }
+  // Rounding may let the sorted sum fall a hair short of the band's sum; the whole
+  // band is then the answer, which is what the cap at `front` gives.
+  double cum = 0.0;
+  size_t keep = front;
+  for (size_t i = 0; i < front; ++i) {
     cum += c.data[i].p;
     if (cum >= target) {
-      c.size = i + 1;
+      keep = i + 1;
       break;
     }
   }
-  c.sorted = true;  // every kept entry lies in the sorted prefix
+  c.size = keep;
+  c.sorted = true;
 }
 
 void min_p(CandidateSet& c, float p) {

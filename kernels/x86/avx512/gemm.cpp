@@ -27,6 +27,10 @@ namespace {
 
 constexpr int kMaxRw = 8;  // weight rows per tile
 constexpr int kMaxRb = 4;  // batch rows per tile
+// Prefill tile: 24 accumulators + 4 activations + 1 weight of the 32 registers. Measured
+// on Zen 5 against 4x6, 5x5, 3x8, 8x3, 7x3, 6x3: more activation rows per tile lose
+// (they stream from L2), more weight rows gain nothing.
+constexpr int kPrefillRw = 6, kPrefillRb = 4;
 
 template <TensorType T>
 inline __m512 load_w(const char* row, size_t i) {
@@ -150,7 +154,8 @@ void gemm(const GemmArgs& a) {
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
   if (a.n_batch <= 3) {
-    // Decode-like: bandwidth bound, so many weight rows in flight and each streamed once.
+    // Decode-like: bandwidth bound; 8 rows give 8 independent FMA chains and 8 streams
+    // in flight (software prefetch and fewer rows measured no better).
     run_tiles(t, a, 0, a.n_batch, kMaxRw, (int)a.n_batch);
     return;
   }
@@ -160,7 +165,7 @@ void gemm(const GemmArgs& a) {
   size_t block = x_budget / (a.k * sizeof(float) + 1);
   block = block < kMaxRb ? kMaxRb : block - block % kMaxRb;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
-    run_tiles(t, a, b0, min_size(b0 + block, a.n_batch), 6, kMaxRb);
+    run_tiles(t, a, b0, min_size(b0 + block, a.n_batch), kPrefillRw, kPrefillRb);
 }
 
 }  // namespace kiln::kernels::avx512

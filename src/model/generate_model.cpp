@@ -1,0 +1,163 @@
+// Random-weight llama GGUFs. Speed matters for the 1.1B shape (a billion values): one
+// splitmix64 draw gives two 24-bit uniforms, and values are converted chunk by chunk into
+// the tensor's bytes, so the only large allocation is the file's own tensor data.
+#include "model/generate_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kiln/error.h"
+
+namespace kiln::gen {
+namespace {
+
+const ModelShape kShapes[] = {
+    // TinyLlama-1.1B (Llama-2 architecture, GQA 32:4).
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f},
+    // Karpathy's stories260K: the shape of the default test model, with noise weights.
+    {"stories260k-shape", 64, 5, 8, 4, 172, 512, 10000.0f, 1e-5f},
+    // For tests: GQA 4:2, head size 18 and FFN 140 so that no SIMD width divides the
+    // row lengths and every kernel's tail path runs.
+    {"tiny", 72, 2, 4, 2, 140, 256, 10000.0f, 1e-5f},
+};
+
+// splitmix64: a full-period 64-bit generator that passes BigCrush and costs a few cycles.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+uint64_t stream_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the tensor name
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  SplitMix64 mix{seed ^ h};
+  return mix.next();
+}
+
+// Fills n values uniform in [center - half_width, center + half_width), stored as `type`.
+// Values are drawn into a small float chunk and converted by the kernel table's SIMD
+// F16/BF16 conversion (bit-identical to the scalar one), which keeps this memory-bound.
+std::vector<uint8_t> random_tensor(TensorType type, uint64_t n, double center, double half_width,
+                                   uint64_t seed) {
+  const size_t elem = type == TensorType::F32 ? 4 : 2;
+  std::vector<uint8_t> bytes(n * elem);
+  SplitMix64 rng{seed};
+  const float scale = float(2.0 * half_width / double(1u << 24));
+  const float offset = float(center - half_width);
+  const kernels::Ops& ops = kernels::ops();
+  constexpr size_t kChunk = 4096;  // even, so each draw fills two values of one chunk
+  float chunk[kChunk];
+  for (uint64_t at = 0; at < n; at += kChunk) {
+    const size_t m = (size_t)std::min<uint64_t>(kChunk, n - at);
+    for (size_t i = 0; i < m; i += 2) {
+      const uint64_t r = rng.next();
+      chunk[i] = offset + float(uint32_t(r >> 40)) * scale;
+      if (i + 1 < m) chunk[i + 1] = offset + float(uint32_t(r >> 8) & 0xffffffu) * scale;
+    }
+    uint8_t* dst = bytes.data() + at * elem;
+    if (type == TensorType::F32) std::memcpy(dst, chunk, m * 4);
+    else if (type == TensorType::F16) ops.f32_to_fp16(chunk, reinterpret_cast<uint16_t*>(dst), m);
+    else ops.f32_to_bf16(chunk, reinterpret_cast<uint16_t*>(dst), m);
+  }
+  return bytes;
+}
+
+uint32_t file_type_of(TensorType t) {  // general.file_type: "mostly <type>"
+  switch (t) {
+    case TensorType::F32: return 0;
+    case TensorType::F16: return 1;
+    case TensorType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+void check_shape(const ModelShape& s) {
+  auto bad = [&](const std::string& why) { throw Error("model shape '" + s.name + "': " + why); };
+  if (!s.dim || !s.n_layers || !s.n_heads || !s.n_kv_heads || !s.ffn_dim || !s.n_ctx)
+    bad("every dimension must be positive");
+  if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
+  if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
+  if ((s.dim / s.n_heads) % 2) bad("the head size must be even for RoPE");
+}
+
+}  // namespace
+
+std::optional<ModelShape> find_shape(const std::string& name) {
+  for (const ModelShape& s : kShapes)
+    if (s.name == name) return s;
+  return std::nullopt;
+}
+
+std::vector<std::string> shape_names() {
+  std::vector<std::string> names;
+  for (const ModelShape& s : kShapes) names.push_back(s.name);
+  return names;
+}
+
+gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
+  const ModelShape& s = o.shape;
+  check_shape(s);
+  if (o.type != TensorType::F32 && o.type != TensorType::F16 && o.type != TensorType::BF16)
+    throw Error("kiln-gen writes F32, F16 or BF16 weights, not " + type_name(o.type));
+  const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->items.empty())
+    throw Error(vocab.path() + ": no tokenizer.ggml.tokens to take the vocabulary from");
+  const uint64_t n_vocab = tokens->items.size();
+
+  using gguf::Value;
+  gguf::Writer w;
+  w.set("general.architecture", Value::of_string("llama"));
+  w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
+  w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
+  const uint32_t head_dim = s.dim / s.n_heads;
+  w.set("llama.context_length", Value::of_u32(s.n_ctx));
+  w.set("llama.embedding_length", Value::of_u32(s.dim));
+  w.set("llama.block_count", Value::of_u32(s.n_layers));
+  w.set("llama.feed_forward_length", Value::of_u32(s.ffn_dim));
+  w.set("llama.attention.head_count", Value::of_u32(s.n_heads));
+  w.set("llama.attention.head_count_kv", Value::of_u32(s.n_kv_heads));
+  w.set("llama.attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
+  w.set("llama.rope.freq_base", Value::of_f32(s.rope_theta));
+  w.set("llama.rope.dimension_count", Value::of_u32(head_dim));
+  w.set("llama.vocab_size", Value::of_u32((uint32_t)n_vocab));
+  for (const auto& [key, value] : vocab.metadata())
+    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+
+  const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
+  auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    w.add_tensor(name, o.type, {cols, rows},
+                 random_tensor(o.type, rows * cols, 0.0, half_width, stream_seed(o.seed, name)));
+  };
+  auto norm = [&](const std::string& name) {
+    w.add_tensor(name, TensorType::F32, {s.dim},
+                 random_tensor(TensorType::F32, s.dim, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
+  };
+
+  const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
+                 kv_dim = uint64_t(s.n_kv_heads) * head_dim, ffn = s.ffn_dim;
+  matrix("token_embd.weight", n_vocab, dim);
+  norm("output_norm.weight");
+  if (!o.tie_output) matrix("output.weight", n_vocab, dim);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight");
+    matrix(b + "attn_q.weight", q_dim, dim);
+    matrix(b + "attn_k.weight", kv_dim, dim);
+    matrix(b + "attn_v.weight", kv_dim, dim);
+    matrix(b + "attn_output.weight", dim, q_dim);
+    norm(b + "ffn_norm.weight");
+    matrix(b + "ffn_gate.weight", ffn, dim);
+    matrix(b + "ffn_up.weight", ffn, dim);
+    matrix(b + "ffn_down.weight", dim, ffn);
+  }
+  return w;
+}
+
+}  // namespace kiln::gen

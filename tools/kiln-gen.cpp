@@ -1,0 +1,62 @@
+// kiln-gen: writes a llama GGUF with seeded random weights of a real model's shape, for
+// benchmarks of models we cannot ship. The work is in src/model/generate_model.cpp.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "kiln/error.h"
+#include "kiln/gguf.h"
+#include "model/generate_model.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Write a llama-architecture GGUF with random weights of a real model's shape"};
+  std::string shape_name, type_name = "f16", vocab_path, out_path;
+  uint64_t seed = 1;
+  uint32_t layers = 0;
+  kiln::gen::GenerateOptions o;
+  std::string shapes;
+  for (const auto& n : kiln::gen::shape_names()) shapes += (shapes.empty() ? "" : "|") + n;
+  app.add_option("--shape", shape_name, "Model shape: " + shapes)->required();
+  app.add_option("--type", type_name, "Weight type of the matrices: f32|f16|bf16 (norms stay f32)")
+      ->capture_default_str();
+  app.add_option("--vocab-from", vocab_path,
+                 "GGUF whose tokenizer.* metadata is copied; its token list sets the vocabulary size")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--seed", seed, "Random seed (the same seed gives the same file)")->capture_default_str();
+  app.add_option("-o,--output", out_path, "Output GGUF file")->required();
+  app.add_option("--layers", layers, "Override the shape's number of blocks");
+  app.add_option("--weight-std", o.weight_std, "Standard deviation of the matrix weights")->capture_default_str();
+  app.add_flag("--tied", o.tie_output, "Tie the output projection to token_embd (no output.weight)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const auto shape = kiln::gen::find_shape(shape_name);
+    if (!shape) throw kiln::Error("unknown --shape '" + shape_name + "' (known: " + shapes + ")");
+    const auto type = kiln::type_from_name(type_name);
+    if (!type) throw kiln::Error("unknown --type '" + type_name + "' (f32, f16 or bf16)");
+    o.shape = *shape;
+    if (layers) o.shape.n_layers = layers;
+    o.type = *type;
+    o.seed = seed;
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto vocab = kiln::gguf::File::open(vocab_path);
+    const kiln::gguf::Writer writer = kiln::gen::build_model(o, *vocab);
+    const auto t1 = std::chrono::steady_clock::now();
+    writer.write(out_path);
+    const auto t2 = std::chrono::steady_clock::now();
+
+    auto written = kiln::gguf::File::open(out_path);  // re-read: proves the file parses
+    uint64_t n_params = 0;
+    for (const auto& t : written->tensors()) n_params += t.n_elements;
+    const auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    std::fprintf(stderr, "kiln-gen: %s: %s, %u layers, %s, %.1fM parameters, %.1f MiB (generate %.2fs, write %.2fs)\n",
+                 out_path.c_str(), o.shape.name.c_str(), o.shape.n_layers, kiln::type_name(o.type).c_str(),
+                 double(n_params) / 1e6, double(written->file_size()) / (1 << 20), sec(t0, t1), sec(t1, t2));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-gen: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
