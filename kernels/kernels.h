@@ -4,9 +4,10 @@
 //
 // Contract every ISA keeps (tests check it against kernels/scalar on random inputs):
 //  * Results match the scalar reference within float rounding (tests state the bound).
-//  * gemm: Y[b][r] depends only on W row r, X row b and k; never on r0/r1/n_batch or on
-//    how a caller split the rows. That is what makes greedy output identical at any
-//    thread count.
+//  * gemm: Y[b][r] depends only on W row r, X row b, k and whether n_batch is 1; never on
+//    r0/r1, on the batch size otherwise, or on how a caller split the rows. That is what
+//    makes greedy output identical at any thread count. (A single activation row is the
+//    bandwidth-bound decode case and may sum in another order than batches do.)
 //  * No allocation, no threads, no global state beyond the table chosen at startup.
 #include <cstddef>
 #include <cstdint>

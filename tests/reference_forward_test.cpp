@@ -361,19 +361,28 @@ void compare_all_paths(const std::string& name, const std::string& path, const s
 
   const Logits batch = run_calls(*model, tokens, params(512), {T});
   expect_matches(name + " one batch", batch, want, nmse_bound);
-  std::vector<std::pair<std::string, Logits>> paths;
-  paths.emplace_back("token by token", run_token_by_token(*model, tokens, params(512)));
+  struct Path {
+    std::string name;
+    Logits logits;
+    bool batched_only;  // every internal batch has more than one token
+  };
+  std::vector<Path> paths;
+  paths.push_back({"token by token", run_token_by_token(*model, tokens, params(512)), false});
   // n_batch 5 does not divide T, so the last internal batch is a short one.
-  paths.emplace_back("n_batch 5", run_calls(*model, tokens, params(5), {T}));
-  paths.emplace_back("calls 1+6+4+rest, n_batch 4", run_calls(*model, tokens, params(4), {1, 6, 4, T - 11}));
-  paths.emplace_back("single thread", run_calls(*model, tokens, params(512, 1), {T}));
-  paths.emplace_back("truncate + re-decode", run_truncate_redecode(*model, tokens, params(3)));
-  for (const auto& [path_name, logits] : paths) {
-    expect_matches(name + " " + path_name, logits, want, nmse_bound);
+  paths.push_back({"n_batch 5", run_calls(*model, tokens, params(5), {T}), T % 5 != 1});
+  paths.push_back({"calls 1+6+4+rest, n_batch 4", run_calls(*model, tokens, params(4), {1, 6, 4, T - 11}), false});
+  paths.push_back({"single thread", run_calls(*model, tokens, params(512, 1), {T}), true});
+  paths.push_back({"truncate + re-decode", run_truncate_redecode(*model, tokens, params(3)), false});
+  for (const Path& p : paths) {
+    expect_matches(name + " " + p.name, p.logits, want, nmse_bound);
     // Stronger than closeness: a gemm row depends only on its weight row and input row
     // (kernels.h), so how tokens are grouped into batches, calls and threads must not
-    // change a single bit.
-    EXPECT_TRUE(logits == batch) << name << " " << path_name << ": logits differ from the one-batch run";
+    // change a single bit. Single-token steps take the decode kernel, which sums in
+    // another order: those paths are held to the bound above (and to thread-count
+    // invariance in the Determinism tests below).
+    if (p.batched_only) {
+      EXPECT_TRUE(p.logits == batch) << name << " " << p.name << ": logits differ from the one-batch run";
+    }
   }
 
   // Without all_logits, only the last position comes back, also across several batches.

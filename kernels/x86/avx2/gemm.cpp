@@ -4,7 +4,8 @@
 // accumulators, each weight vector is converted once per k step and reused across the
 // batch rows. Every (b, r) output owns one accumulator fed 8-element chunks in
 // increasing k, then a zero-padded tail chunk, then one fixed horizontal reduction, so
-// results never depend on the tile an output landed in (see kernels.h).
+// results never depend on the tile an output landed in (see kernels.h). A single
+// activation row takes the streaming matvec path instead.
 #include <immintrin.h>
 
 #include <utility>
@@ -48,6 +49,28 @@ inline float hsum(__m256 v) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+// Decode (one activation row): one weight row at a time as a single sequential stream
+// with four accumulators, as in the AVX-512 version (see there for why).
+template <TensorType T>
+void matvec_rows(const GemmArgs& a) {
+  const size_t k = a.k, k32 = k & ~size_t{31}, k8 = k & ~size_t{7};
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const char* w = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+           acc3 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i < k32; i += 32) {
+      acc0 = _mm256_fmadd_ps(load_w<T>(w, i), _mm256_loadu_ps(a.x + i), acc0);
+      acc1 = _mm256_fmadd_ps(load_w<T>(w, i + 8), _mm256_loadu_ps(a.x + i + 8), acc1);
+      acc2 = _mm256_fmadd_ps(load_w<T>(w, i + 16), _mm256_loadu_ps(a.x + i + 16), acc2);
+      acc3 = _mm256_fmadd_ps(load_w<T>(w, i + 24), _mm256_loadu_ps(a.x + i + 24), acc3);
+    }
+    for (; i < k8; i += 8) acc0 = _mm256_fmadd_ps(load_w<T>(w, i), _mm256_loadu_ps(a.x + i), acc0);
+    if (k8 < k) acc1 = _mm256_fmadd_ps(load_w_tail<T>(w, k8, k - k8), load_x_tail(a.x + k8, k - k8), acc1);
+    a.y[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  }
 }
 
 template <TensorType T, int RW, int RB>
@@ -132,8 +155,10 @@ void gemm(const GemmArgs& a) {
   const TileTable& t = a.w_type == TensorType::F32 ? kF32
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
-  if (a.n_batch == 1) {  // bandwidth bound: many rows streaming at once
-    run_tiles(t, a, 0, 1, kMaxRw, 1);
+  if (a.n_batch == 1) {  // bandwidth bound: one sequential stream per thread
+    if (a.w_type == TensorType::F16) matvec_rows<TensorType::F16>(a);
+    else if (a.w_type == TensorType::F32) matvec_rows<TensorType::F32>(a);
+    else matvec_rows<TensorType::BF16>(a);
     return;
   }
   // 4 x 3 = 12 accumulators + 3 activations + 1 weight fills the 16 registers.

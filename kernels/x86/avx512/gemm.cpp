@@ -5,10 +5,15 @@
 // RB activation vectors and converts each of the RW weight vectors once, reusing it
 // across the batch rows.
 //
-// Determinism: every (b, r) output owns exactly one accumulator, fed the products of
-// 16-element chunks in increasing k, then a masked tail chunk, then the same horizontal
-// reduction. Tile shape only decides which outputs share a loop, never the arithmetic,
-// so results do not depend on r0/r1, n_batch or which tile an output landed in.
+// Determinism: for n_batch > 1 every (b, r) output owns exactly one accumulator, fed the
+// products of 16-element chunks in increasing k, then a masked tail chunk, then the same
+// horizontal reduction. Tile shape only decides which outputs share a loop, never the
+// arithmetic, so results do not depend on r0/r1 or which tile an output landed in.
+// A single activation row (decode) takes its own path, one weight row at a time with four
+// accumulators: that keeps one sequential stream per thread, which the hardware
+// prefetchers feed best (measured ~20% more tokens/s than 8-row tiles on TinyLlama F16).
+// Its results are equally independent of the row split, but differ in rounding from the
+// batched path.
 //
 // Everything is in an anonymous namespace: no out-of-line AVX-512 copy of a shared
 // inline function can leak to other translation units.
@@ -105,6 +110,31 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
     for (int j = 0; j < RB; ++j) a.y[(b + j) * a.ldy + r + rr] = hsum(acc[rr][j]);
 }
 
+// Decode (one activation row): one weight row at a time as a single sequential stream,
+// four accumulators over consecutive 16-element chunks to hide FMA latency.
+template <TensorType T>
+void matvec_rows(const GemmArgs& a) {
+  const size_t k = a.k, k64 = k & ~size_t{63}, k16 = k & ~size_t{15};
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const char* w = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
+           acc3 = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i < k64; i += 64) {
+      acc0 = _mm512_fmadd_ps(load_w<T>(w, i), _mm512_loadu_ps(a.x + i), acc0);
+      acc1 = _mm512_fmadd_ps(load_w<T>(w, i + 16), _mm512_loadu_ps(a.x + i + 16), acc1);
+      acc2 = _mm512_fmadd_ps(load_w<T>(w, i + 32), _mm512_loadu_ps(a.x + i + 32), acc2);
+      acc3 = _mm512_fmadd_ps(load_w<T>(w, i + 48), _mm512_loadu_ps(a.x + i + 48), acc3);
+    }
+    for (; i < k16; i += 16) acc0 = _mm512_fmadd_ps(load_w<T>(w, i), _mm512_loadu_ps(a.x + i), acc0);
+    if (k16 < k) {
+      const __mmask16 m = (__mmask16)((1u << (k - k16)) - 1);
+      acc1 = _mm512_fmadd_ps(load_w_tail<T>(w, k16, m), _mm512_maskz_loadu_ps(m, a.x + k16), acc1);
+    }
+    a.y[r] = hsum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  }
+}
+
 using TileFn = void (*)(const GemmArgs&, size_t, size_t);
 
 template <TensorType T, int RW, int... RBs>
@@ -153,6 +183,12 @@ void gemm(const GemmArgs& a) {
   const TileTable& t = a.w_type == TensorType::F32 ? kF32
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
+  if (a.n_batch == 1) {
+    if (a.w_type == TensorType::F16) matvec_rows<TensorType::F16>(a);
+    else if (a.w_type == TensorType::F32) matvec_rows<TensorType::F32>(a);
+    else matvec_rows<TensorType::BF16>(a);
+    return;
+  }
   if (a.n_batch <= 3) {
     // Decode-like: bandwidth bound; 8 rows give 8 independent FMA chains and 8 streams
     // in flight (software prefetch and fewer rows measured no better).
