@@ -32,7 +32,8 @@ struct Session::Impl {
   std::vector<float> att;     // [B][n_heads * head_dim]  attention output before Wo
   std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up
   std::vector<float> hb2;     // [B][ffn_dim] up
-  std::vector<float> scores;  // [n_threads][n_ctx]       attention weights per thread
+  static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
+  std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights
   std::vector<float> logits;  // [n_out][n_vocab]
 
   Impl(const Model& m, const SessionParams& p)
@@ -51,7 +52,7 @@ struct Session::Impl {
     att.resize(B * q_dim);
     hb.resize(B * c.ffn_dim);
     hb2.resize(B * c.ffn_dim);
-    scores.resize(size_t(pool.size()) * n_ctx);
+    scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
     logits.resize(c.n_vocab);
 
     // theta_i = pos * base^(-2i/n_rot), computed in double once for every position.
@@ -73,7 +74,11 @@ struct Session::Impl {
       ops.gemm(a);
       return;
     }
-    pool.parallel_for(w.rows, 16, [&](size_t r0, size_t r1) {
+    // About 8 chunks per thread: fine enough to rebalance, coarse enough that a chunk
+    // streams a good run of rows.
+    // Multiples of 48 suit both the 16-row decode and the 6-row prefill tiles.
+    const size_t chunk = std::max<size_t>(48, (w.rows / (size_t(pool.size()) * 8) + 47) / 48 * 48);
+    pool.parallel_for_dynamic(w.rows, chunk, [&](size_t r0, size_t r1) {
       kernels::GemmArgs part = a;
       part.r0 = r0;
       part.r1 = r1;
@@ -92,26 +97,35 @@ struct Session::Impl {
   }
 
   // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l.
+  // One head per task, blocks of queries at a time, as two gemms: S = Q K^T (then scaled,
+  // softmaxed over the keys each query may see, zero beyond), and O = S V.
   void attention(size_t l, int32_t pos0, size_t B) {
-    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd;
+    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, kv_dim = kv_cache.kv_dim();
     const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
     const float scale = 1.0f / std::sqrt((float)hd);
-    const size_t n_tasks = B * c.n_heads;
     const auto heads = [&](int tid, int nth) {
-      float* score = &scores[size_t(tid) * n_ctx];
-      for (size_t task = tid; task < n_tasks; task += nth) {
-        const size_t b = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
-        const size_t n_keys = size_t(pos0) + b + 1;
-        const float* qh = &q[b * q_dim + h * hd];
-        for (size_t t = 0; t < n_keys; ++t) score[t] = ops.dot(qh, kv_cache.k(l, t) + kvh * hd, hd) * scale;
-        ops.softmax(score, n_keys);
-        float* out = &att[b * q_dim + h * hd];
-        std::fill_n(out, hd, 0.0f);
-        for (size_t t = 0; t < n_keys; ++t) ops.axpy(score[t], kv_cache.v(l, t) + kvh * hd, out, hd);
+      float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];  // [nb][n_keys]
+      for (size_t h = tid; h < c.n_heads; h += nth) {
+        const size_t kvh = h / group;
+        for (size_t b0 = 0; b0 < B; b0 += kQueryBlock) {
+          const size_t nb = std::min(kQueryBlock, B - b0);
+          const size_t n_keys = size_t(pos0) + b0 + nb;  // what the block's last query sees
+          ops.gemm({TensorType::F32, kv_cache.k(l, 0) + kvh * hd, kv_dim * sizeof(float), &q[b0 * q_dim + h * hd],
+                    q_dim, S, n_keys, hd, nb, 0, n_keys});
+          for (size_t b = 0; b < nb; ++b) {
+            float* row = S + b * n_keys;
+            const size_t visible = size_t(pos0) + b0 + b + 1;
+            ops.scale(row, scale, visible);
+            ops.softmax(row, visible);
+            std::fill(row + visible, row + n_keys, 0.0f);
+          }
+          ops.gemm({TensorType::F32, kv_cache.vt(l) + kvh * hd * n_ctx, size_t(n_ctx) * sizeof(float), S, n_keys,
+                    &att[b0 * q_dim + h * hd], q_dim, n_keys, nb, 0, hd});
+        }
       }
     };
     // As in matmul: tiny work is cheaper on one thread than waking the pool.
-    if (n_tasks * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1) heads(0, 1);
+    if (c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1) heads(0, 1);
     else pool.run(heads);
   }
 
@@ -136,8 +150,7 @@ struct Session::Impl {
         const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
         ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
         ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
-        std::copy_n(&k[b * kv_dim], kv_dim, kv_cache.k(l, pos0 + b));
-        std::copy_n(&v[b * kv_dim], kv_dim, kv_cache.v(l, pos0 + b));
+        kv_cache.store(l, pos0 + b, &k[b * kv_dim], &v[b * kv_dim]);
       }
       attention(l, pos0, B);
       matmul(L.wo, att.data(), xb.data(), B);

@@ -157,6 +157,23 @@ void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(s
   });
 }
 
+void ThreadPool::parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  chunk = std::max<size_t>(chunk, 1);
+  if (size() == 1 || chunk >= n) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  run([&](int, int) {
+    for (;;) {
+      const size_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) return;
+      fn(begin, std::min(n, begin + chunk));
+    }
+  });
+}
+
 int physical_core_count() {
   // Count distinct (package, core) pairs among the CPUs this process may run on, so
   // SMT siblings and CPUs excluded by taskset/cgroups are not counted.

@@ -25,6 +25,11 @@ class ThreadPool {
   // and calls fn(begin, end) for each non-empty chunk.
   void parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn);
 
+  // Splits [0, n) into chunks of `chunk` that threads take in turn as they finish, so a
+  // core slowed by other work gets fewer. Only for work whose result does not depend on
+  // which thread ran a chunk (gemm rows, by the kernel contract).
+  void parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
