@@ -64,6 +64,20 @@ TEST(E2E, PromptSourcesAgree) {
   EXPECT_EQ(trim(by_stdin.out), want) << by_stdin.err;
 }
 
+// --tokenizer swaps in a SentencePiece tokenizer.model: the same vocabulary gives the
+// same golden text.
+TEST(E2E, ExternalTokenizerModel) {
+  auto r = kiln_run("run " + shell_quote(model()) + " 'Once upon a time' -n 100 --temp 0 --quiet --tokenizer " +
+                    shell_quote(shared_path("models/tok512.model")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(trim(r.out), golden("stories260K.once-upon-a-time.greedy100.txt"));
+  // A tokenizer with more tokens than the model has embeddings is refused.
+  auto big = kiln_run("run " + shell_quote(model()) + " hi --tokenizer " +
+                      shell_quote(shared_path("tokenizers/llama2-spm/tokenizer.model")));
+  EXPECT_EQ(big.exit_code, 1);
+  EXPECT_NE(big.err.find("32000"), std::string::npos) << big.err;
+}
+
 TEST(E2E, SeededSamplingIsReproducible) {
   const std::string args = "run " + shell_quote(model()) + " 'Once upon a time' -n 60 --temp 1.0 --seed 42 --quiet";
   auto a = kiln_run(args), b = kiln_run(args);
@@ -164,6 +178,17 @@ TEST(E2E, BenchJsonUsesLlamaBenchFields) {
   for (const char* field : {"\"model_type\"", "\"model_size\"", "\"model_n_params\"", "\"n_threads\"", "\"n_prompt\"",
                             "\"n_gen\"", "\"avg_ts\"", "\"stddev_ts\"", "\"samples_ts\""})
     EXPECT_NE(r.out.find(field), std::string::npos) << field;
+  auto csv = kiln_run("bench " + shell_quote(model()) + " -p 32 -n 0 -r 2 -t 1,2 -o csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  std::istringstream lines(csv.out);
+  std::string header, row;
+  std::getline(lines, header);
+  EXPECT_EQ(header.rfind("build_commit,build_number,", 0), 0u) << header;
+  EXPECT_NE(header.find(",n_threads,"), std::string::npos) << header;
+  EXPECT_NE(header.find(",avg_ts,stddev_ts"), std::string::npos) << header;
+  int rows = 0;
+  while (std::getline(lines, row)) rows += !row.empty();
+  EXPECT_EQ(rows, 2) << csv.out;  // pp32 at 1 and at 2 threads
   auto md = kiln_run("bench " + shell_quote(model()) + " -p 32 -n 8 -r 2 -t 1");
   EXPECT_NE(md.out.find("| pp32 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| tg8 |"), std::string::npos) << md.out;

@@ -38,7 +38,7 @@ class Tokenizer {
 
   // By tokenizer.ggml.model; an unsupported model throws kiln::Error naming the file.
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& file);
-  // A SentencePiece tokenizer.model file; `bos_eos_from` (optional) supplies special ids.
+  // A SentencePiece tokenizer.model file (special ids and settings come from the file).
   static std::unique_ptr<Tokenizer> from_spm_file(const std::string& path);
 
   // add_bos: prepend BOS when the vocabulary asks for it (Vocab::add_bos).
