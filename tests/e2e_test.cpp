@@ -137,6 +137,7 @@ TEST(E2E, BadInputsGiveOneLineAndExit1) {
   std::string long_prompt;
   for (int i = 0; i < 40; ++i) long_prompt += "Once upon a time ";
   expect_one_line_error(kiln_run("run " + shell_quote(model()) + " '" + long_prompt + "' -c 32"), 1, "context size 32");
+  expect_one_line_error(kiln_run("run " + shell_quote(model()) + " hi -c 2000000000"), 1, "lower -c");
 }
 
 TEST(E2E, ContextFullStopsCleanly) {

@@ -6,12 +6,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "runtime/kv_cache.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
+namespace {
+
+// The context size to allocate for, refused with a clear message before any allocation
+// when the KV cache could not fit in this machine's memory.
+int32_t resolve_n_ctx(const ModelConfig& c, const SessionParams& p) {
+  const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+  if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
+  const double kv_bytes = 2.0 * c.n_layers * double(n_ctx) * c.n_kv_heads * c.head_dim * sizeof(float);
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && kv_bytes > ram)
+    throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
+                " GiB of KV cache, more than this machine's memory; lower -c");
+  return (int32_t)n_ctx;
+}
+
+}  // namespace
 
 struct Session::Impl {
   const Model& model;
@@ -38,11 +55,10 @@ struct Session::Impl {
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()), ops(kernels::ops()),
-        n_ctx(p.n_ctx > 0 ? p.n_ctx : (int32_t)std::min<uint32_t>(m.config().n_ctx_train, 4096)),
+        n_ctx(resolve_n_ctx(m.config(), p)),
         n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv_cache(m.config().n_layers, (size_t)n_ctx, size_t(m.config().n_kv_heads) * m.config().head_dim) {
-    if (n_ctx <= 0) throw Error("context size must be positive");
     const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
     x.resize(B * c.dim);
     xb.resize(B * c.dim);
