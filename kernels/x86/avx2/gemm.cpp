@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_tiles.h"
 
 namespace kiln::kernels::avx2 {
 namespace {
@@ -113,36 +114,16 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
     for (int j = 0; j < RB; ++j) a.y[(b + j) * a.ldy + r + rr] = hsum(acc[rr][j]);
 }
 
-using TileFn = void (*)(const GemmArgs&, size_t, size_t);
-struct TileTable {
-  TileFn fn[kMaxRw + 1][kMaxRb + 1] = {};
+template <TensorType T, int RW, int RB>
+struct Tile {
+  static void run(const GemmArgs& a, size_t r, size_t b) { tile<T, RW, RB>(a, r, b); }
 };
-
-template <TensorType T, int RW, int... RBs>
-constexpr void fill_row(TileTable& t, std::integer_sequence<int, RBs...>) {
-  ((t.fn[RW][RBs + 1] = &tile<T, RW, RBs + 1>), ...);
-}
-template <TensorType T, int... RWs>
-constexpr TileTable make_table(std::integer_sequence<int, RWs...>) {
-  TileTable t;
-  (fill_row<T, RWs + 1>(t, std::make_integer_sequence<int, kMaxRb>{}), ...);
-  return t;
-}
-constexpr TileTable kF32 = make_table<TensorType::F32>(std::make_integer_sequence<int, kMaxRw>{});
-constexpr TileTable kF16 = make_table<TensorType::F16>(std::make_integer_sequence<int, kMaxRw>{});
-constexpr TileTable kBF16 = make_table<TensorType::BF16>(std::make_integer_sequence<int, kMaxRw>{});
+using Table = x86::TileTable<Tile, kMaxRw, kMaxRb>;
+constexpr Table kF32 = Table::make<TensorType::F32>();
+constexpr Table kF16 = Table::make<TensorType::F16>();
+constexpr Table kBF16 = Table::make<TensorType::BF16>();
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-void run_tiles(const TileTable& t, const GemmArgs& a, size_t b0, size_t b1, int rw, int rb) {
-  for (size_t r = a.r0; r < a.r1; r += rw) {
-    const int nr = (int)min_size(rw, a.r1 - r);
-    for (size_t b = b0; b < b1; b += rb) {
-      const int nb = (int)min_size(rb, b1 - b);
-      t.fn[nr][nb](a, r, b);
-    }
-  }
-}
 
 }  // namespace
 
@@ -152,7 +133,7 @@ bool gemm_supports(TensorType t) {
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  const TileTable& t = a.w_type == TensorType::F32 ? kF32
+  const Table& t = a.w_type == TensorType::F32 ? kF32
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
   if (a.n_batch == 1) {  // bandwidth bound: one sequential stream per thread
@@ -166,7 +147,7 @@ void gemm(const GemmArgs& a) {
   size_t block = x_budget / (a.k * sizeof(float) + 1);
   block = block < kMaxRb ? kMaxRb : block - block % kMaxRb;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
-    run_tiles(t, a, b0, min_size(b0 + block, a.n_batch), 4, kMaxRb);
+    t.run(a, b0, min_size(b0 + block, a.n_batch), 4, kMaxRb);
 }
 
 }  // namespace kiln::kernels::avx2

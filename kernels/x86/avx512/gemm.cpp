@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_tiles.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -135,42 +136,16 @@ void matvec_rows(const GemmArgs& a) {
   }
 }
 
-using TileFn = void (*)(const GemmArgs&, size_t, size_t);
-
-template <TensorType T, int RW, int... RBs>
-constexpr void fill_row(TileFn (&t)[kMaxRw + 1][kMaxRb + 1], std::integer_sequence<int, RBs...>) {
-  ((t[RW][RBs + 1] = &tile<T, RW, RBs + 1>), ...);
-}
-template <TensorType T, int... RWs>
-constexpr void fill(TileFn (&t)[kMaxRw + 1][kMaxRb + 1], std::integer_sequence<int, RWs...>) {
-  (fill_row<T, RWs + 1>(t, std::make_integer_sequence<int, kMaxRb>{}), ...);
-}
-
-struct TileTable {
-  TileFn fn[kMaxRw + 1][kMaxRb + 1] = {};
+template <TensorType T, int RW, int RB>
+struct Tile {
+  static void run(const GemmArgs& a, size_t r, size_t b) { tile<T, RW, RB>(a, r, b); }
 };
-template <TensorType T>
-constexpr TileTable make_table() {
-  TileTable t;
-  fill<T>(t.fn, std::make_integer_sequence<int, kMaxRw>{});
-  return t;
-}
-constexpr TileTable kF32 = make_table<TensorType::F32>();
-constexpr TileTable kF16 = make_table<TensorType::F16>();
-constexpr TileTable kBF16 = make_table<TensorType::BF16>();
+using Table = x86::TileTable<Tile, kMaxRw, kMaxRb>;
+constexpr Table kF32 = Table::make<TensorType::F32>();
+constexpr Table kF16 = Table::make<TensorType::F16>();
+constexpr Table kBF16 = Table::make<TensorType::BF16>();
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-// Rows [r0, r1) x batch [b0, b1) in tiles of rw x rb; edges get the smaller shapes.
-void run_tiles(const TileTable& t, const GemmArgs& a, size_t b0, size_t b1, int rw, int rb) {
-  for (size_t r = a.r0; r < a.r1; r += rw) {
-    const int nr = (int)min_size(rw, a.r1 - r);
-    for (size_t b = b0; b < b1; b += rb) {
-      const int nb = (int)min_size(rb, b1 - b);
-      t.fn[nr][nb](a, r, b);
-    }
-  }
-}
 
 }  // namespace
 
@@ -180,7 +155,7 @@ bool gemm_supports(TensorType t) {
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  const TileTable& t = a.w_type == TensorType::F32 ? kF32
+  const Table& t = a.w_type == TensorType::F32 ? kF32
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
   if (a.n_batch == 1) {
@@ -192,7 +167,7 @@ void gemm(const GemmArgs& a) {
   if (a.n_batch <= 3) {
     // Decode-like: bandwidth bound; 8 rows give 8 independent FMA chains and 8 streams
     // in flight (software prefetch and fewer rows measured no better).
-    run_tiles(t, a, 0, a.n_batch, kMaxRw, (int)a.n_batch);
+    t.run(a, 0, a.n_batch, kMaxRw, (int)a.n_batch);
     return;
   }
   // Prefill: compute bound. Take the batch in blocks whose activations stay in L2 while
@@ -201,7 +176,7 @@ void gemm(const GemmArgs& a) {
   size_t block = x_budget / (a.k * sizeof(float) + 1);
   block = block < kMaxRb ? kMaxRb : block - block % kMaxRb;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
-    run_tiles(t, a, b0, min_size(b0 + block, a.n_batch), kPrefillRw, kPrefillRb);
+    t.run(a, b0, min_size(b0 + block, a.n_batch), kPrefillRw, kPrefillRb);
 }
 
 }  // namespace kiln::kernels::avx512

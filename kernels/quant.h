@@ -1,0 +1,193 @@
+#pragma once
+// ggml's quantized block formats, byte for byte as GGUF files store them, and a scalar
+// reference (kernels/scalar/quant_legacy.cpp, quant_k.cpp) that every faster path will be
+// tested against.
+//
+// The reference reproduces ggml bit for bit: dequantize_row gives the floats of ggml's
+// dequantize_row_* (same operations in the same order, fp16 scales widened exactly), and
+// quantize_row gives the bytes of ggml's deterministic quantize_row_*_ref, the quantizer
+// llama-quantize uses when no importance matrix is given. tests/quant_test.cpp checks both
+// against a fixture written by llama.cpp.
+//
+// Float contraction matters for the "bit for bit": ggml's x*d + m is two roundings; a
+// compiler that fuses it into an fma (aarch64, or x86 built with -mfma) would differ in
+// the last bit. kiln builds these files without FMA flags on x86.
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/tensor_type.h"
+
+namespace kiln::kernels {
+
+// Elements per block: 32 for the legacy formats, 256 for the K-quant super-blocks.
+inline constexpr size_t QK = 32;
+inline constexpr size_t QK_K = 256;
+// Bytes holding the 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K (and the 16 six-bit
+// scales of Q3_K).
+inline constexpr size_t K_SCALE_SIZE = 12;
+
+// All fp16 fields are IEEE half bits (kiln::fp16_to_f32). The file formats are made only
+// of uint8_t/int8_t/uint16_t members with no padding, so a struct may be overlaid on file
+// bytes at any even address (GGUF tensor data is 32-byte aligned and every block size is
+// even).
+
+// x = d * (q - 8), q in 0..15. Element j < 16 is the low nibble of qs[j], element j + 16
+// its high nibble.
+struct block_q4_0 {
+  uint16_t d;
+  uint8_t qs[QK / 2];
+};
+
+// x = d * q + m, q in 0..15; nibbles as Q4_0.
+struct block_q4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[QK / 2];
+};
+
+// x = d * (q - 16), q in 0..31: low 4 bits as Q4_0, bit 4 of element j is bit j of qh
+// (a little-endian uint32, kept as bytes so the block stays 2-byte aligned).
+struct block_q5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[QK / 2];
+};
+
+// x = d * q + m, q in 0..31; bits as Q5_0.
+struct block_q5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[QK / 2];
+};
+
+// x = d * q, q in -127..127 (the quantizer never writes -128).
+struct block_q8_0 {
+  uint16_t d;
+  int8_t qs[QK];
+};
+
+// 16 sub-blocks of 16: x = d * sc * q - dmin * m, q in 0..3, sc and m 4-bit (low and high
+// nibble of scales[sub-block]). Element e = 128*h + 32*s + l (l < 32) has its q in bits
+// 2s..2s+1 of qs[32*h + l].
+struct block_q2_K {
+  uint8_t scales[QK_K / 16];
+  uint8_t qs[QK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+
+// 16 sub-blocks of 16: x = d * (sc - 32) * (q - 4*!high), sc 6-bit, q's low 2 bits placed
+// as in Q2_K and its high bit at bit e/32 of hmask[e % 32] (a clear bit subtracts 4).
+// Scale j: low 4 bits are the low (j < 8) or high (j >= 8) nibble of scales[j % 8], high
+// 2 bits are bits 2*(j/4)..+1 of scales[8 + j % 4].
+struct block_q3_K {
+  uint8_t hmask[QK_K / 8];
+  uint8_t qs[QK_K / 4];
+  uint8_t scales[K_SCALE_SIZE];
+  uint16_t d;
+};
+
+// 8 sub-blocks of 32: x = d * sc * q - dmin * m, sc and m 6-bit, q in 0..15. Sub-block b
+// sits in qs[32*(b/2) ..], low nibbles for even b, high for odd. Scales and mins: for
+// b < 4, sc = scales[b] & 63 and m = scales[b+4] & 63; for b >= 4 the low 4 bits come
+// from scales[b+4] (sc low nibble, m high nibble) and the top 2 bits from bits 6..7 of
+// scales[b-4] (sc) and scales[b] (m).
+struct block_q4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qs[QK_K / 2];
+};
+
+// As Q4_K with q in 0..31: bit 4 of element e is bit e/32 of qh[e % 32].
+struct block_q5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+
+// 16 sub-blocks of 16: x = d * sc * (q - 32), sc int8, q 6-bit. Element e = 128*h + 32*g
+// + l: low 4 bits are the (g < 2 ? low : high) nibble of ql[64*h + 32*(g % 2) + l], high
+// 2 bits are bits 2g..2g+1 of qh[32*h + l].
+struct block_q6_K {
+  uint8_t ql[QK_K / 2];
+  uint8_t qh[QK_K / 4];
+  int8_t scales[QK_K / 16];
+  uint16_t d;
+};
+
+// Activations for K-quant dot products (never stored in files): x = d * q with a float d,
+// and bsums[i] = sum of the 16 q of sub-block i so dot products can fold the mins in.
+struct block_q8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];
+};
+
+static_assert(sizeof(block_q8_0) == 34);
+static_assert(sizeof(block_q4_0) == 18);
+static_assert(sizeof(block_q4_1) == 20);
+static_assert(sizeof(block_q5_0) == 22);
+static_assert(sizeof(block_q5_1) == 24);
+static_assert(sizeof(block_q2_K) == 84);
+static_assert(sizeof(block_q3_K) == 110);
+static_assert(sizeof(block_q4_K) == 144);
+static_assert(sizeof(block_q5_K) == 176);
+static_assert(sizeof(block_q6_K) == 210);
+static_assert(sizeof(block_q8_K) == 292);
+
+}  // namespace kiln::kernels
+
+namespace kiln::kernels::ref {
+
+struct QuantTraits {
+  TensorType type;
+  const char* name;
+  uint32_t block_size;   // elements per block
+  uint32_t block_bytes;  // bytes per block
+  bool can_quantize;     // quantize_row supports it
+  bool can_dequantize;   // dequantize_row supports it
+};
+
+// The quantized types this reference knows, or nullptr (F32/F16/BF16 are not here).
+const QuantTraits* quant_traits(TensorType type);
+// Every entry, for tests and tools that iterate.
+const QuantTraits* quant_traits_begin();
+const QuantTraits* quant_traits_end();
+
+// n values of `type` at src (n a multiple of the block size) -> n floats. Supported: Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K. Throws kiln::Error for other
+// types or a bad n; src needs the block's alignment (2 bytes, 4 for Q8_K).
+void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
+
+// n floats -> n / block_size blocks of `type` at dst, exactly as ggml's *_ref quantizers.
+// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K. Throws kiln::Error otherwise.
+void quantize_row(TensorType type, const float* src, void* dst, size_t n);
+
+// The per-type functions behind the two above (n elements, a multiple of the block size).
+void dequantize_row_q4_0(const block_q4_0* x, float* y, size_t n);
+void dequantize_row_q4_1(const block_q4_1* x, float* y, size_t n);
+void dequantize_row_q5_0(const block_q5_0* x, float* y, size_t n);
+void dequantize_row_q5_1(const block_q5_1* x, float* y, size_t n);
+void dequantize_row_q8_0(const block_q8_0* x, float* y, size_t n);
+void dequantize_row_q2_K(const block_q2_K* x, float* y, size_t n);
+void dequantize_row_q3_K(const block_q3_K* x, float* y, size_t n);
+void dequantize_row_q4_K(const block_q4_K* x, float* y, size_t n);
+void dequantize_row_q5_K(const block_q5_K* x, float* y, size_t n);
+void dequantize_row_q6_K(const block_q6_K* x, float* y, size_t n);
+void dequantize_row_q8_K(const block_q8_K* x, float* y, size_t n);
+
+void quantize_row_q4_0(const float* x, block_q4_0* y, size_t n);
+void quantize_row_q4_1(const float* x, block_q4_1* y, size_t n);
+void quantize_row_q5_0(const float* x, block_q5_0* y, size_t n);
+void quantize_row_q5_1(const float* x, block_q5_1* y, size_t n);
+void quantize_row_q8_0(const float* x, block_q8_0* y, size_t n);
+void quantize_row_q8_K(const float* x, block_q8_K* y, size_t n);
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array.
+void unpack_scale_min_k4(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
+
+}  // namespace kiln::kernels::ref
