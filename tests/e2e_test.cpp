@@ -258,3 +258,24 @@ TEST(E2E, ChatCtrlCStopsTheAnswerNotTheProgram) {
   EXPECT_EQ(err.find("context"), std::string::npos) << "an answer ran to the end of the context: " << err;
   EXPECT_GT(read_file(dir + "/out").size(), 200u);
 }
+
+// kiln quantize -> Q8_0 -> the same greedy text llama.cpp generated from its own Q8_0 of
+// this model (tests/data/quant/README.md).
+TEST(E2E, QuantizeQ8_0GeneratesLlamaCppText) {
+  const std::string q8 = temp_dir() + "/stories260K-q8_0.gguf";
+  auto qr = kiln_run("quantize " + shell_quote(model()) + " " + shell_quote(q8) + " Q8_0");
+  ASSERT_EQ(qr.exit_code, 0) << qr.err;
+  EXPECT_NE(qr.err.find("32 of 48 tensors quantized to Q8_0"), std::string::npos) << qr.err;
+  auto info = kiln_run("info " + shell_quote(q8));
+  EXPECT_NE(info.out.find("Q8_0 x32"), std::string::npos) << info.out;
+  auto r = kiln_run("run " + shell_quote(q8) + " 'Once upon a time' -n 100 --temp 0 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string want =
+      trim(read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/stories260K-q8_0.once-upon-a-time.greedy100.txt"));
+  EXPECT_EQ(trim(r.out), want);
+
+  EXPECT_EQ(kiln_run("quantize " + shell_quote(model()) + " " + shell_quote(q8 + ".x") + " Q7_7").exit_code, 2);
+  auto again = kiln_run("quantize " + shell_quote(q8) + " " + shell_quote(q8 + ".y") + " Q4_0");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("quantize from an F32, F16 or BF16 model"), std::string::npos) << again.err;
+}

@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "kiln/error.h"
+#include "kiln/gguf.h"
 #include "test_util.h"
 
 namespace kiln::kernels {
@@ -339,11 +340,53 @@ TEST(Gemm, BitIdenticalAcrossSplitsAndBatchSizes) {
   }
 }
 
-TEST(Gemm, UnsupportedTypesReported) {
+TEST(Gemm, SupportedTypes) {
   for (Isa isa : available_isas()) {
-    EXPECT_FALSE(ops_for(isa)->gemm_supports(TensorType::Q4_0));
-    EXPECT_FALSE(ops_for(isa)->gemm_supports(TensorType::Q8_0));
+    for (TensorType t : {TensorType::IQ2_XXS, TensorType::Q8_K, TensorType::Q8_1, TensorType::I8, TensorType::TQ1_0})
+      EXPECT_FALSE(ops_for(isa)->gemm_supports(t)) << type_name(t);
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+      EXPECT_TRUE(ops_for(isa)->gemm_supports(t)) << type_name(t);
   }
+}
+
+// Quantized weights: the blocks ggml made in tests/data/quant (4 rows of 256 per type)
+// against float64 dot products over ggml's own dequantization of the same blocks.
+TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
+  auto fixture = gguf::File::open(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/ggml-quant-fixture.gguf");
+  std::mt19937 rng(11);
+  const size_t k = 256, rows = 4, n_batch = 5;
+  const std::vector<float> x = random_floats(n_batch * k, rng);
+  int checked = 0;
+  for (const char* name : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
+    const gguf::TensorInfo* q = fixture->find_tensor(std::string("q.") + name);
+    const gguf::TensorInfo* dq = fixture->find_tensor(std::string("dq.") + name);
+    ASSERT_TRUE(q && dq) << name;
+    std::vector<float> w(rows * k);
+    std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
+    for (Isa isa : available_isas()) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + name);
+      std::vector<float> y(n_batch * rows, NAN);
+      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y.data(), rows, k, n_batch, 0, rows});
+      for (size_t b = 0; b < n_batch; ++b)
+        for (size_t r = 0; r < rows; ++r) {
+          double want = 0, mag = 0;
+          for (size_t i = 0; i < k; ++i) {
+            want += double(w[r * k + i]) * x[b * k + i];
+            mag += std::fabs(double(w[r * k + i]) * x[b * k + i]);
+          }
+          EXPECT_NEAR(y[b * rows + r], want, 1e-5 * mag + 1e-30) << "b=" << b << " r=" << r;
+        }
+      // One row at a time, and the rows split, give the same bits.
+      std::vector<float> split(n_batch * rows, NAN);
+      for (size_t r = 0; r < rows; ++r)
+        ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, split.data(), rows, k, n_batch, r, r + 1});
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(split[i]), bits_of(y[i])) << i;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
 }
 
 // ---------------------------------------------------------------- vector ops

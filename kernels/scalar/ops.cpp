@@ -2,6 +2,10 @@
 // Also the only table on non-x86 builds, so each loop is kept auto-vectorizer friendly.
 #include <cmath>
 
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/quant.h"
 #include "kernels/tables.h"
 
 namespace kiln::kernels {
@@ -29,12 +33,51 @@ float weight_at(TensorType type, const char* row, size_t i) {
   }
 }
 
-bool gemm_supports(TensorType t) {
+bool is_float_type(TensorType t) {
   return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+}
+
+// Weight types that can be quantized weights (Q8_K is only an activation format).
+bool is_weight_quant(TensorType t) {
+  const ref::QuantTraits* q = ref::quant_traits(t);
+  return q && q->can_dequantize && t != TensorType::Q8_K;
+}
+
+bool gemm_supports(TensorType t) { return is_float_type(t) || is_weight_quant(t); }
+
+// Quantized weights: each block is dequantized once per weight row and dotted with every
+// activation row, the partial sums added block by block in k order.
+void gemm_quant(const GemmArgs& a) {
+  const ref::QuantTraits& q = *ref::quant_traits(a.w_type);
+  const size_t n_blocks = a.k / q.block_size;
+  constexpr size_t kBatchChunk = 64;
+  float block[256];
+  float acc[kBatchChunk];
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const char* row = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+    for (size_t b0 = 0; b0 < a.n_batch; b0 += kBatchChunk) {
+      const size_t nb = std::min(kBatchChunk, a.n_batch - b0);
+      std::fill_n(acc, nb, 0.0f);
+      for (size_t blk = 0; blk < n_blocks; ++blk) {
+        ref::dequantize_row(a.w_type, row + blk * q.block_bytes, block, q.block_size);
+        for (size_t b = 0; b < nb; ++b) {
+          const float* x = a.x + (b0 + b) * a.ldx + blk * q.block_size;
+          float part = 0.0f;
+          for (size_t i = 0; i < q.block_size; ++i) part += block[i] * x[i];
+          acc[b] += part;
+        }
+      }
+      for (size_t b = 0; b < nb; ++b) a.y[(b0 + b) * a.ldy + r] = acc[b];
+    }
+  }
 }
 
 // One float accumulator per output, k in order: the simplest rounding to reason about.
 void gemm(const GemmArgs& a) {
+  if (!is_float_type(a.w_type)) {
+    gemm_quant(a);
+    return;
+  }
   for (size_t r = a.r0; r < a.r1; ++r) {
     const char* row = static_cast<const char*>(a.w) + r * a.w_row_bytes;
     for (size_t b = 0; b < a.n_batch; ++b) {

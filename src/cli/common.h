@@ -57,5 +57,6 @@ void register_bench(CLI::App& app, Action& action);
 void register_info(CLI::App& app, Action& action);
 void register_tokenize(CLI::App& app, Action& action);
 void register_perplexity(CLI::App& app, Action& action);
+void register_quantize(CLI::App& app, Action& action);
 
 }  // namespace kiln::cli

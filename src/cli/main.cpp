@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   register_info(app, action);
   register_tokenize(app, action);
   register_perplexity(app, action);
+  register_quantize(app, action);
 
   try {
     app.parse(argc, argv);

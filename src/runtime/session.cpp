@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "runtime/kv_cache.h"
 #include "runtime/thread_pool.h"
 
@@ -108,7 +109,7 @@ struct Session::Impl {
       case TensorType::F32: std::copy_n(reinterpret_cast<const float*>(row), c.dim, out); break;
       case TensorType::F16: ops.fp16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
       case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
-      default: throw Error("token_embd.weight: type " + type_name(model.token_embd.type) + " not supported");
+      default: kernels::ref::dequantize_row(model.token_embd.type, row, out, c.dim); break;
     }
   }
 

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "kernels/tables.h"
 #include "kernels/x86/gemm_tiles.h"
 
 namespace kiln::kernels::avx512 {
@@ -149,12 +150,15 @@ inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 }  // namespace
 
-bool gemm_supports(TensorType t) {
-  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
-}
+// Quantized weights run on the scalar reference until they get SIMD paths here.
+bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
+  if (a.w_type != TensorType::F32 && a.w_type != TensorType::F16 && a.w_type != TensorType::BF16) {
+    scalar_ops().gemm(a);
+    return;
+  }
   const Table& t = a.w_type == TensorType::F32 ? kF32
                        : a.w_type == TensorType::F16 ? kF16
                                                      : kBF16;
