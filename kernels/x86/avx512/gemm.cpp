@@ -23,6 +23,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <climits>
+
 #include <utility>
 
 #include "kernels/kernels.h"
@@ -137,6 +139,137 @@ void matvec_rows(const GemmArgs& a) {
   }
 }
 
+// Quantized decode: one weight row at a time, each 32-element block turned into two
+// vectors of floats (q * d) and multiplied into the activations; even and odd blocks
+// feed separate accumulators. Batches stay on the scalar reference for now.
+template <TensorType T>
+inline void quant_block(const uint8_t* blk, __m512& lo, __m512& hi) {
+  uint16_t dh;
+  __builtin_memcpy(&dh, blk, 2);
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
+  const uint8_t* qs = blk + 2;
+  if constexpr (T == TensorType::Q8_0) {
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs))));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16))));
+  } else {  // Q4_0: low nibbles are elements 0..15, high nibbles 16..31, stored with +8
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    const __m128i q_lo = _mm_sub_epi8(_mm_and_si128(bytes, mask), eight);
+    const __m128i q_hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), eight);
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi));
+  }
+  lo = _mm512_mul_ps(lo, d);
+  hi = _mm512_mul_ps(hi, d);
+}
+
+template <TensorType T>
+void matvec_quant(const GemmArgs& a) {
+  constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : 18;
+  const size_t n_blocks = a.k / 32;
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (size_t blk = 0; blk < n_blocks; ++blk) {
+      __m512 lo, hi;
+      quant_block<T>(w + blk * kBlockBytes, lo, hi);
+      const float* x = a.x + blk * 32;
+      const size_t p = (blk & 1) * 2;
+      acc[p] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), acc[p]);
+      acc[p + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), acc[p + 1]);
+    }
+    a.y[r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  }
+}
+
+// Integer decode for Q8_0 / Q4_0 (VNNI): the activation row is quantized to 8 bits per
+// 32-block (d = amax / 127, q = round(x / d)), then each pair of weight blocks is one
+// vpdpbusd. vpdpbusd wants unsigned weights, so they are stored shifted (Q4_0 is already
+// q + 8; Q8_0 gets q + 128) and offset * sum(x_q) is subtracted from each block's integer
+// sum, which keeps every block's dot product exact in int32 before its scale is applied.
+// The 8-bit activations move each x by at most (1/2 + 127/2048) / 127 of its block's
+// largest |x| (rounding, plus the fp16 scale; kernels_test states the bound).
+constexpr size_t kMaxQuantK = 16384;
+
+void quantize_activations(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* q_sum) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    // As ggml's Q8_0 activations: the scale is kept in fp16 and q rounds half away from
+    // zero, so products match what llama.cpp computes for the same file.
+    const float scale = amax / 127.0f;
+    d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+    const __m512 inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+    const auto round_away = [&](__m512 v) {
+      const __m512 t = _mm512_mul_ps(v, inv);
+      const __m512 h = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign_bit),
+                                                           _mm512_castps_si512(half)));
+      return _mm512_cvttps_epi32(_mm512_add_ps(t, h));
+    };
+    const __m512i i0 = round_away(v0), i1 = round_away(v1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
+    q_sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  }
+}
+
+inline float block_scale(const uint8_t* blk) {
+  uint16_t dh;
+  __builtin_memcpy(&dh, blk, 2);
+  return _cvtsh_ss(dh);
+}
+
+// The unsigned weights of blocks A and B (B may be absent: zeros), 32 bytes each.
+template <TensorType T>
+inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
+  if constexpr (T == TensorType::Q8_0) {
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2));
+    const __m256i qb = b ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)) : _mm256_set1_epi8(-128);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1), _mm512_set1_epi8(-128));
+  } else {
+    const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
+    const __m128i qb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)) : _mm_setzero_si128();
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(both, mask), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+    // [A_lo, B_lo, A_hi, B_hi] -> [A_lo, A_hi, B_lo, B_hi]: elements 0..15 then 16..31 per block.
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+}
+
+template <TensorType T>
+void matvec_quant_vnni(const GemmArgs& a) {
+  constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : 18;
+  constexpr int32_t kOffset = T == TensorType::Q8_0 ? 128 : 8;
+  const size_t n_blocks = a.k / 32;
+  alignas(64) int8_t xq[kMaxQuantK];
+  float xd[kMaxQuantK / 32];
+  int32_t xs[kMaxQuantK / 32];
+  quantize_activations(a.x, n_blocks, xq, xd, xs);
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t blk = 0; blk < n_blocks; blk += 2) {
+      const bool pair = blk + 1 < n_blocks;
+      const uint8_t* wa = w + blk * kBlockBytes;
+      const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
+      const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * blk) : _mm512_maskz_loadu_epi8(0xffffffffull, xq + 32 * blk);
+      __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), weight_pair<T>(wa, wb), xv);
+      // The offset correction goes into the first lane of each block: exact integers.
+      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[blk]);
+      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[blk + 1]);
+      sum = _mm512_sub_epi32(sum, corr);
+      const float da = block_scale(wa) * xd[blk], db = pair ? block_scale(wb) * xd[blk + 1] : 0.0f;
+      const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc);
+    }
+    a.y[r] = hsum(acc);
+  }
+}
+
 template <TensorType T, int RW, int RB>
 struct Tile {
   static void run(const GemmArgs& a, size_t r, size_t b) { tile<T, RW, RB>(a, r, b); }
@@ -155,6 +288,12 @@ bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
+  if (a.n_batch == 1 && a.k <= kMaxQuantK) {
+    if (a.w_type == TensorType::Q8_0) return matvec_quant_vnni<TensorType::Q8_0>(a);
+    if (a.w_type == TensorType::Q4_0) return matvec_quant_vnni<TensorType::Q4_0>(a);
+  }
+  if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
+  if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
   if (a.w_type != TensorType::F32 && a.w_type != TensorType::F16 && a.w_type != TensorType::BF16) {
     scalar_ops().gemm(a);
     return;
