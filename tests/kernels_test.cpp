@@ -356,7 +356,7 @@ TEST(Gemm, SupportedTypes) {
 TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
   auto fixture = gguf::File::open(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/ggml-quant-fixture.gguf");
   std::mt19937 rng(11);
-  const size_t k = 256, rows = 4, n_batch = 5;
+  const size_t k = 256, rows = 4, n_batch = 11;
   const std::vector<float> x = random_floats(n_batch * k, rng);
   int checked = 0;
   for (const char* name : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
@@ -367,41 +367,36 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
     std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
     for (Isa isa : available_isas()) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + name);
-      std::vector<float> y(n_batch * rows, NAN);
-      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y.data(), rows, k, n_batch, 0, rows});
-      for (size_t b = 0; b < n_batch; ++b)
-        for (size_t r = 0; r < rows; ++r) {
-          double want = 0, mag = 0;
-          for (size_t i = 0; i < k; ++i) {
-            want += double(w[r * k + i]) * x[b * k + i];
-            mag += std::fabs(double(w[r * k + i]) * x[b * k + i]);
-          }
-          EXPECT_NEAR(y[b * rows + r], want, 1e-5 * mag + 1e-30) << "b=" << b << " r=" << r;
-        }
-      // A single activation row (the decode path, which has its own SIMD code for some types).
-      std::vector<float> y1(rows, NAN);
-      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y1.data(), rows, k, 1, 0, rows});
-      // AVX-512 decodes Q8_0/Q4_0 with 8-bit activations (kernels/x86/avx512/gemm.cpp):
+      // AVX-512 runs Q8_0/Q4_0 with 8-bit activations (kernels/x86/avx512/gemm.cpp):
       // q = round(x / s) with s = amax(its 32-block) / 127, then x is taken as q * fp16(s),
       // so each x_i moves by at most s / 2 + 127 * |s - fp16(s)| <= s * (1/2 + 127/2048),
       // and |error| gains at most sum_i |w_i| times that, on top of float rounding.
       const bool int8_activations =
           isa == Isa::avx512 && (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0);
-      for (size_t r = 0; r < rows; ++r) {
-        double want = 0, mag = 0, act = 0;
-        for (size_t i = 0; i < k; ++i) {
-          want += double(w[r * k + i]) * x[i];
-          mag += std::fabs(double(w[r * k + i]) * x[i]);
-          double amax = 0;
-          for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
-          act += std::fabs(double(w[r * k + i])) * amax / 127.0 * (0.5 + 127.0 / 2048.0);
-        }
-        const double bound = 1e-5 * mag + (int8_activations ? act : 0.0) + 1e-30;
-        EXPECT_NEAR(y1[r], want, bound) << "decode r=" << r;
-        // A bound that allowed any answer would prove nothing: it stays well below the
-        // size of the result's terms.
-        EXPECT_LT(bound, 0.05 * mag) << "decode r=" << r;
-      }
+      const auto check = [&](const std::vector<float>& y, size_t nb, const std::string& what) {
+        for (size_t b = 0; b < nb; ++b)
+          for (size_t r = 0; r < rows; ++r) {
+            double want = 0, mag = 0, act = 0;
+            for (size_t i = 0; i < k; ++i) {
+              const double wi = w[r * k + i], xi = x[b * k + i];
+              want += wi * xi;
+              mag += std::fabs(wi * xi);
+              double amax = 0;
+              for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[b * k + j])));
+              act += std::fabs(wi) * amax / 127.0 * (0.5 + 127.0 / 2048.0);
+            }
+            const double bound = 1e-5 * mag + (int8_activations ? act : 0.0) + 1e-30;
+            EXPECT_NEAR(y[b * rows + r], want, bound) << what << " b=" << b << " r=" << r;
+            // A bound that allowed any answer would prove nothing.
+            EXPECT_LT(bound, 0.05 * mag) << what << " b=" << b << " r=" << r;
+          }
+      };
+      std::vector<float> y(n_batch * rows, NAN);
+      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y.data(), rows, k, n_batch, 0, rows});
+      check(y, n_batch, "batch");
+      std::vector<float> y1(rows, NAN);  // a single activation row: the decode path
+      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y1.data(), rows, k, 1, 0, rows});
+      check(y1, 1, "decode");
       // One row at a time, and the rows split, give the same bits.
       std::vector<float> split(n_batch * rows, NAN);
       for (size_t r = 0; r < rows; ++r)

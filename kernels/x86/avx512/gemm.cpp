@@ -191,6 +191,8 @@ void matvec_quant(const GemmArgs& a) {
 // largest |x| (rounding, plus the fp16 scale; kernels_test states the bound).
 constexpr size_t kMaxQuantK = 16384;
 
+inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
 void quantize_activations(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* q_sum) {
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
@@ -240,33 +242,47 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
   }
 }
 
+// One weight row against one quantized activation row.
 template <TensorType T>
-void matvec_quant_vnni(const GemmArgs& a) {
+inline float row_dot_int8(const uint8_t* w, const int8_t* xq, const float* xd, const int32_t* xs, size_t n_blocks) {
   constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : 18;
   constexpr int32_t kOffset = T == TensorType::Q8_0 ? 128 : 8;
+  __m512 acc = _mm512_setzero_ps();
+  for (size_t blk = 0; blk < n_blocks; blk += 2) {
+    const bool pair = blk + 1 < n_blocks;
+    const uint8_t* wa = w + blk * kBlockBytes;
+    const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
+    const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * blk) : _mm512_maskz_loadu_epi8(0xffffffffull, xq + 32 * blk);
+    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), weight_pair<T>(wa, wb), xv);
+    // The offset correction goes into the first lane of each block: exact integers.
+    __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[blk]);
+    if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[blk + 1]);
+    sum = _mm512_sub_epi32(sum, corr);
+    const float da = block_scale(wa) * xd[blk], db = pair ? block_scale(wb) * xd[blk + 1] : 0.0f;
+    const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc);
+  }
+  return hsum(acc);
+}
+
+// Batches are taken a few activation rows at a time (their 8-bit copies live on the stack)
+// and every weight row is dotted with all of them while it is hot in L1. Each output is
+// computed exactly as in decode, so results do not depend on the batch size either.
+template <TensorType T>
+void gemm_quant_vnni(const GemmArgs& a) {
+  constexpr size_t kRows = 8;
   const size_t n_blocks = a.k / 32;
-  alignas(64) int8_t xq[kMaxQuantK];
-  float xd[kMaxQuantK / 32];
-  int32_t xs[kMaxQuantK / 32];
-  quantize_activations(a.x, n_blocks, xq, xd, xs);
-  for (size_t r = a.r0; r < a.r1; ++r) {
-    const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
-    __m512 acc = _mm512_setzero_ps();
-    for (size_t blk = 0; blk < n_blocks; blk += 2) {
-      const bool pair = blk + 1 < n_blocks;
-      const uint8_t* wa = w + blk * kBlockBytes;
-      const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
-      const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * blk) : _mm512_maskz_loadu_epi8(0xffffffffull, xq + 32 * blk);
-      __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), weight_pair<T>(wa, wb), xv);
-      // The offset correction goes into the first lane of each block: exact integers.
-      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[blk]);
-      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[blk + 1]);
-      sum = _mm512_sub_epi32(sum, corr);
-      const float da = block_scale(wa) * xd[blk], db = pair ? block_scale(wb) * xd[blk + 1] : 0.0f;
-      const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc);
+  alignas(64) int8_t xq[kRows][kMaxQuantK];
+  float xd[kRows][kMaxQuantK / 32];
+  int32_t xs[kRows][kMaxQuantK / 32];
+  const size_t w_row_bytes = a.w_row_bytes;
+  for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
+    const size_t nb = min_size(kRows, a.n_batch - b0);
+    for (size_t b = 0; b < nb; ++b) quantize_activations(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+    for (size_t r = a.r0; r < a.r1; ++r) {
+      const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
+      for (size_t b = 0; b < nb; ++b) a.y[(b0 + b) * a.ldy + r] = row_dot_int8<T>(w, xq[b], xd[b], xs[b], n_blocks);
     }
-    a.y[r] = hsum(acc);
   }
 }
 
@@ -279,7 +295,6 @@ constexpr Table kF32 = Table::make<TensorType::F32>();
 constexpr Table kF16 = Table::make<TensorType::F16>();
 constexpr Table kBF16 = Table::make<TensorType::BF16>();
 
-inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 }  // namespace
 
@@ -288,9 +303,9 @@ bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  if (a.n_batch == 1 && a.k <= kMaxQuantK) {
-    if (a.w_type == TensorType::Q8_0) return matvec_quant_vnni<TensorType::Q8_0>(a);
-    if (a.w_type == TensorType::Q4_0) return matvec_quant_vnni<TensorType::Q4_0>(a);
+  if (a.k <= kMaxQuantK) {
+    if (a.w_type == TensorType::Q8_0) return gemm_quant_vnni<TensorType::Q8_0>(a);
+    if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);
   }
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
