@@ -242,27 +242,39 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
   }
 }
 
-// One weight row against one quantized activation row.
-template <TensorType T>
-inline float row_dot_int8(const uint8_t* w, const int8_t* xq, const float* xd, const int32_t* xs, size_t n_blocks) {
+// One weight row against NB quantized activation rows: each weight pair is unpacked once
+// and used NB times; every output keeps its own accumulator and sequence of operations,
+// identical for any NB.
+template <TensorType T, int NB>
+inline void row_dot_int8(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
+                         const int32_t* const* xs, size_t n_blocks, float* const* out) {
   constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : 18;
   constexpr int32_t kOffset = T == TensorType::Q8_0 ? 128 : 8;
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   for (size_t blk = 0; blk < n_blocks; blk += 2) {
     const bool pair = blk + 1 < n_blocks;
     const uint8_t* wa = w + blk * kBlockBytes;
     const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
-    const __m512i xv = pair ? _mm512_loadu_si512(xq + 32 * blk) : _mm512_maskz_loadu_epi8(0xffffffffull, xq + 32 * blk);
-    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), weight_pair<T>(wa, wb), xv);
-    // The offset correction goes into the first lane of each block: exact integers.
-    __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[blk]);
-    if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[blk + 1]);
-    sum = _mm512_sub_epi32(sum, corr);
-    const float da = block_scale(wa) * xd[blk], db = pair ? block_scale(wb) * xd[blk + 1] : 0.0f;
-    const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc);
+    const __m512i wv = weight_pair<T>(wa, wb);
+    const float sa = block_scale(wa), sb = pair ? block_scale(wb) : 0.0f;
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      const int8_t* x = xq[j] + 32 * blk;
+      const __m512i xv = pair ? _mm512_loadu_si512(x) : _mm512_maskz_loadu_epi8(0xffffffffull, x);
+      __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+      // The offset correction goes into the first lane of each block: exact integers.
+      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[j][blk]);
+      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[j][blk + 1]);
+      sum = _mm512_sub_epi32(sum, corr);
+      const float da = sa * xd[j][blk], db = pair ? sb * xd[j][blk + 1] : 0.0f;
+      const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
+    }
   }
-  return hsum(acc);
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) *out[j] = hsum(acc[j]);
 }
 
 // Batches are taken a few activation rows at a time (their 8-bit copies live on the stack)
@@ -281,7 +293,22 @@ void gemm_quant_vnni(const GemmArgs& a) {
     for (size_t b = 0; b < nb; ++b) quantize_activations(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
     for (size_t r = a.r0; r < a.r1; ++r) {
       const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
-      for (size_t b = 0; b < nb; ++b) a.y[(b0 + b) * a.ldy + r] = row_dot_int8<T>(w, xq[b], xd[b], xs[b], n_blocks);
+      size_t b = 0;
+      for (; b + 4 <= nb; b += 4) {
+        const int8_t* q4[4] = {xq[b], xq[b + 1], xq[b + 2], xq[b + 3]};
+        const float* d4[4] = {xd[b], xd[b + 1], xd[b + 2], xd[b + 3]};
+        const int32_t* s4[4] = {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]};
+        float* o4[4] = {&a.y[(b0 + b) * a.ldy + r], &a.y[(b0 + b + 1) * a.ldy + r], &a.y[(b0 + b + 2) * a.ldy + r],
+                        &a.y[(b0 + b + 3) * a.ldy + r]};
+        row_dot_int8<T, 4>(w, q4, d4, s4, n_blocks, o4);
+      }
+      for (; b < nb; ++b) {
+        const int8_t* q1[1] = {xq[b]};
+        const float* d1[1] = {xd[b]};
+        const int32_t* s1[1] = {xs[b]};
+        float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
+        row_dot_int8<T, 1>(w, q1, d1, s1, n_blocks, o1);
+      }
     }
   }
 }
