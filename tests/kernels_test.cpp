@@ -367,12 +367,13 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
     std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
     for (Isa isa : available_isas()) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + name);
-      // AVX-512 runs Q8_0/Q4_0 with 8-bit activations (kernels/x86/avx512/gemm.cpp):
+      // AVX-512 runs Q8_0/Q4_0/Q4_K with 8-bit activations (kernels/x86/avx512/gemm.cpp):
       // q = round(x / s) with s = amax(its 32-block) / 127, then x is taken as q * fp16(s),
       // so each x_i moves by at most s / 2 + 127 * |s - fp16(s)| <= s * (1/2 + 127/2048),
       // and |error| gains at most sum_i |w_i| times that, on top of float rounding.
       const bool int8_activations =
-          isa == Isa::avx512 && (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0);
+          isa == Isa::avx512 &&
+          (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0 || q->type == TensorType::Q4_K);
       const auto check = [&](const std::vector<float>& y, size_t nb, const std::string& what) {
         for (size_t b = 0; b < nb; ++b)
           for (size_t r = 0; r < rows; ++r) {

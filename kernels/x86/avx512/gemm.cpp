@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "kernels/tables.h"
 #include "kernels/x86/gemm_tiles.h"
 
@@ -277,6 +278,53 @@ inline void row_dot_int8(const uint8_t* w, const int8_t* const* xq, const float*
   for (int j = 0; j < NB; ++j) *out[j] = hsum(acc[j]);
 }
 
+// Q4_K against the same 8-bit activations: a 256-element super-block holds 8 sub-blocks
+// of 32 with 6-bit scales sc and mins m, w = d * sc * q - dmin * m with q in 0..15, so
+// each sub-block contributes d * sc * dx * sum(q * xq) - dmin * m * dx * sum(xq). The
+// 32 bytes qs[32p..32p+31] hold sub-block 2p in their low nibbles and 2p+1 in their high
+// ones, which lines up with activation blocks 2p, 2p+1 for one vpdpbusd.
+template <int NB>
+inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
+                         const int32_t* const* xs, size_t n_blocks, float* const* out) {
+  constexpr size_t kSuperBytes = sizeof(block_q4_K);
+  __m512 acc[NB];
+  float mins[NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
+    const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
+    const float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(blk->scales, j, &sc[j], &m[j]);
+    for (int p = 0; p < 4; ++p) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * p));
+      const __m256i lo = _mm256_and_si256(bytes, mask), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      const size_t xb = sb * 8 + 2 * p;
+      const float sa = d * sc[2 * p], sb2 = d * sc[2 * p + 1];
+      const float ma = dmin * m[2 * p], mb = dmin * m[2 * p + 1];
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, _mm512_loadu_si512(xq[j] + 32 * xb));
+        const __m512 scale =
+            _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sa * xd[j][xb]), _mm512_set1_ps(sb2 * xd[j][xb + 1]));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
+        mins[j] += ma * xd[j][xb] * float(xs[j][xb]) + mb * xd[j][xb + 1] * float(xs[j][xb + 1]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) *out[j] = hsum(acc[j]) - mins[j];
+}
+
+template <TensorType T, int NB>
+inline void row_dot(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
+                    size_t n_blocks, float* const* out) {
+  if constexpr (T == TensorType::Q4_K) row_dot_q4_k<NB>(w, xq, xd, xs, n_blocks, out);
+  else row_dot_int8<T, NB>(w, xq, xd, xs, n_blocks, out);
+}
+
 // Batches are taken a few activation rows at a time (their 8-bit copies live on the stack)
 // and every weight row is dotted with all of them while it is hot in L1. Each output is
 // computed exactly as in decode, so results do not depend on the batch size either.
@@ -300,14 +348,14 @@ void gemm_quant_vnni(const GemmArgs& a) {
         const int32_t* s4[4] = {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]};
         float* o4[4] = {&a.y[(b0 + b) * a.ldy + r], &a.y[(b0 + b + 1) * a.ldy + r], &a.y[(b0 + b + 2) * a.ldy + r],
                         &a.y[(b0 + b + 3) * a.ldy + r]};
-        row_dot_int8<T, 4>(w, q4, d4, s4, n_blocks, o4);
+        row_dot<T, 4>(w, q4, d4, s4, n_blocks, o4);
       }
       for (; b < nb; ++b) {
         const int8_t* q1[1] = {xq[b]};
         const float* d1[1] = {xd[b]};
         const int32_t* s1[1] = {xs[b]};
         float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
-        row_dot_int8<T, 1>(w, q1, d1, s1, n_blocks, o1);
+        row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
       }
     }
   }
@@ -333,6 +381,7 @@ void gemm(const GemmArgs& a) {
   if (a.k <= kMaxQuantK) {
     if (a.w_type == TensorType::Q8_0) return gemm_quant_vnni<TensorType::Q8_0>(a);
     if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);
+    if (a.w_type == TensorType::Q4_K) return gemm_quant_vnni<TensorType::Q4_K>(a);
   }
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
