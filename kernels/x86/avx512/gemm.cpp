@@ -288,42 +288,55 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
                          const int32_t* const* xs, size_t n_blocks, float* const* out) {
   constexpr size_t kSuperBytes = sizeof(block_q4_K);
   __m512 acc[NB];
-  float mins[NB];
+  __m256 mins[NB];
 #pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = 0.0f;
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0f);
+  // Lanes 0..7 take sub-block 2p's scale, 8..15 sub-block 2p+1's, for p = 0..3.
+  const __m512i pick[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
-    const float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
     // The 12 scale bytes: sub-blocks 0..3 keep 6-bit sc/m in bytes 0..3 / 4..7; 4..7 put
     // their low 4 bits in bytes 8..11 and their top 2 bits in the spare bits of 0..7.
     const uint8_t* q = blk->scales;
-    uint8_t sc[8], m[8];
+    alignas(8) uint8_t sc[8], m[8];
     for (int j = 0; j < 4; ++j) {
       sc[j] = q[j] & 63;
       m[j] = q[j + 4] & 63;
       sc[j + 4] = (q[j + 8] & 0x0f) | ((q[j] >> 6) << 4);
       m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
     }
+    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))));
+    const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->dmin)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)))));
+    __m512i wv[4];
     for (int p = 0; p < 4; ++p) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * p));
       const __m256i lo = _mm256_and_si256(bytes, mask), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
-      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      const size_t xb = sb * 8 + 2 * p;
-      const float sa = d * sc[2 * p], sb2 = d * sc[2 * p + 1];
-      const float ma = dmin * m[2 * p], mb = dmin * m[2 * p + 1];
+      wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
 #pragma GCC unroll 4
-      for (int j = 0; j < NB; ++j) {
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, _mm512_loadu_si512(xq[j] + 32 * xb));
-        const __m512 scale =
-            _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sa * xd[j][xb]), _mm512_set1_ps(sb2 * xd[j][xb + 1]));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
-        mins[j] += ma * xd[j][xb] * float(xs[j][xb]) + mb * xd[j][xb + 1] * float(xs[j][xb + 1]);
+    for (int j = 0; j < NB; ++j) {
+      const __m256 dx = _mm256_loadu_ps(xd[j] + sb * 8);
+      const __m256 sum_x = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + sb * 8)));
+      mins[j] = _mm256_fmadd_ps(dmin_m, _mm256_mul_ps(dx, sum_x), mins[j]);
+      const __m512 scale8 = _mm512_castps256_ps512(_mm256_mul_ps(d_sc, dx));
+      for (int p = 0; p < 4; ++p) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[p], _mm512_loadu_si512(xq[j] + 32 * (sb * 8 + 2 * p)));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pick[p], scale8), acc[j]);
       }
     }
   }
 #pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) *out[j] = hsum(acc[j]) - mins[j];
+  for (int j = 0; j < NB; ++j) {
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[j]), _mm256_extractf128_ps(mins[j], 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    *out[j] = hsum(acc[j]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
 }
 
 template <TensorType T, int NB>
