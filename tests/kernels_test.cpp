@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "test_util.h"
@@ -407,6 +408,48 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
     ++checked;
   }
   EXPECT_EQ(checked, 10);
+}
+
+// Lengths that are not whole groups of 8 blocks take the kernels' remainder loops too;
+// weights come from the reference quantizer (bit-exact with ggml, tests/quant_test.cpp).
+TEST(Gemm, QuantizedWeightsAwkwardLengths) {
+  std::mt19937 rng(12);
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0}) {
+    for (size_t n_blocks : {size_t{1}, size_t{3}, size_t{8}, size_t{11}, size_t{17}}) {
+      const size_t k = 32 * n_blocks, rows = 5, n_batch = 6;
+      const size_t row_bytes = n_blocks * kiln::kernels::ref::quant_traits(type)->block_bytes;
+      const std::vector<float> wf = random_floats(rows * k, rng);
+      std::vector<uint8_t> wq(rows * row_bytes);
+      std::vector<float> w(rows * k);
+      for (size_t r = 0; r < rows; ++r) {
+        kiln::kernels::ref::quantize_row(type, &wf[r * k], &wq[r * row_bytes], k);
+        kiln::kernels::ref::dequantize_row(type, &wq[r * row_bytes], &w[r * k], k);
+      }
+      const std::vector<float> x = random_floats(n_batch * k, rng);
+      for (Isa isa : available_isas()) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(type) + " blocks=" + std::to_string(n_blocks));
+        const bool int8_activations = isa == Isa::avx512 && (type == TensorType::Q8_0 || type == TensorType::Q4_0);
+        for (size_t nb : {size_t{1}, n_batch}) {
+          std::vector<float> y(nb * rows, NAN);
+          ops_for(isa)->gemm({type, wq.data(), row_bytes, x.data(), k, y.data(), rows, k, nb, 0, rows});
+          for (size_t b = 0; b < nb; ++b)
+            for (size_t r = 0; r < rows; ++r) {
+              double want = 0, mag = 0, act = 0;
+              for (size_t i = 0; i < k; ++i) {
+                const double wi = w[r * k + i], xi = x[b * k + i];
+                want += wi * xi;
+                mag += std::fabs(wi * xi);
+                double amax = 0;
+                for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[b * k + j])));
+                act += std::fabs(wi) * amax / 127.0 * (0.5 + 127.0 / 2048.0);  // as in the test above
+              }
+              EXPECT_NEAR(y[b * rows + r], want, 1e-5 * mag + (int8_activations ? act : 0.0) + 1e-30)
+                  << "nb=" << nb << " b=" << b << " r=" << r;
+            }
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- vector ops

@@ -243,6 +243,16 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
   }
 }
 
+// Index vectors spreading 8 per-block values over pairs of blocks: for p = 0..3, lanes
+// 0..7 take block 2p's value and lanes 8..15 block 2p+1's (the lanes vpdpbusd fills).
+struct PairPick {
+  __m512i idx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                    _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                    _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                    _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const __m512i& operator[](int p) const { return idx[p]; }
+};
+
 // One weight row against NB quantized activation rows: each weight pair is unpacked once
 // and used NB times; every output keeps its own accumulator and sequence of operations,
 // identical for any NB.
@@ -254,7 +264,30 @@ inline void row_dot_int8(const uint8_t* w, const int8_t* const* xq, const float*
   __m512 acc[NB];
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
-  for (size_t blk = 0; blk < n_blocks; blk += 2) {
+  // Eight blocks at a time: their scales and offset corrections as vectors. Each output
+  // gets exactly the operations of the pair loop below, so results do not change.
+  const PairPick pick;
+  size_t blk = 0;
+  for (; blk + 8 <= n_blocks; blk += 8) {
+    const uint8_t* w8 = w + blk * kBlockBytes;
+    alignas(16) uint16_t dh[8];
+    for (int i = 0; i < 8; ++i) __builtin_memcpy(&dh[i], w8 + i * kBlockBytes, 2);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    __m512i wv[4];
+    for (int p = 0; p < 4; ++p) wv[p] = weight_pair<T>(w8 + 2 * p * kBlockBytes, w8 + (2 * p + 1) * kBlockBytes);
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      const __m512 scale8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk)));
+      const __m512i corr8 = _mm512_castsi256_si512(_mm256_mullo_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOffset)));
+      for (int p = 0; p < 4; ++p) {
+        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[p], _mm512_loadu_si512(xq[j] + 32 * (blk + 2 * p)));
+        sum = _mm512_sub_epi32(sum, _mm512_maskz_permutexvar_epi32(0x0101, pick[p], corr8));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pick[p], scale8), acc[j]);
+      }
+    }
+  }
+  for (; blk < n_blocks; blk += 2) {
     const bool pair = blk + 1 < n_blocks;
     const uint8_t* wa = w + blk * kBlockBytes;
     const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
@@ -292,11 +325,7 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0f);
-  // Lanes 0..7 take sub-block 2p's scale, 8..15 sub-block 2p+1's, for p = 0..3.
-  const __m512i pick[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const PairPick pick;
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
     // The 12 scale bytes: sub-blocks 0..3 keep 6-bit sc/m in bytes 0..3 / 4..7; 4..7 put
