@@ -352,6 +352,25 @@ TEST(Gemm, SupportedTypes) {
   }
 }
 
+// Float64 reference of one quantized-weight output: the exact dot product, the sum of
+// |terms| (float rounding scales with it) and the most that 8-bit activations can add:
+// q = round(x / s) with s = amax(the 32-block) / 127, then x is taken as q * fp16(s), so
+// each x_i moves by at most s / 2 + 127 * |s - fp16(s)| <= s * (1/2 + 127/2048).
+struct DotReference {
+  double value = 0, magnitude = 0, int8_activation_error = 0;
+};
+DotReference dot_reference(const float* w, const float* x, size_t k) {
+  DotReference ref;
+  for (size_t i = 0; i < k; ++i) {
+    ref.value += double(w[i]) * x[i];
+    ref.magnitude += std::fabs(double(w[i]) * x[i]);
+    double amax = 0;
+    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    ref.int8_activation_error += std::fabs(double(w[i])) * amax / 127.0 * (0.5 + 127.0 / 2048.0);
+  }
+  return ref;
+}
+
 // Quantized weights: the blocks ggml made in tests/data/quant (4 rows of 256 per type)
 // against float64 dot products over ggml's own dequantization of the same blocks.
 TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
@@ -368,29 +387,18 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
     std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
     for (Isa isa : available_isas()) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + name);
-      // AVX-512 runs Q8_0/Q4_0/Q4_K with 8-bit activations (kernels/x86/avx512/gemm.cpp):
-      // q = round(x / s) with s = amax(its 32-block) / 127, then x is taken as q * fp16(s),
-      // so each x_i moves by at most s / 2 + 127 * |s - fp16(s)| <= s * (1/2 + 127/2048),
-      // and |error| gains at most sum_i |w_i| times that, on top of float rounding.
+      // AVX-512 runs Q8_0/Q4_0/Q4_K with 8-bit activations (kernels/x86/avx512/gemm.cpp).
       const bool int8_activations =
           isa == Isa::avx512 &&
           (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0 || q->type == TensorType::Q4_K);
       const auto check = [&](const std::vector<float>& y, size_t nb, const std::string& what) {
         for (size_t b = 0; b < nb; ++b)
           for (size_t r = 0; r < rows; ++r) {
-            double want = 0, mag = 0, act = 0;
-            for (size_t i = 0; i < k; ++i) {
-              const double wi = w[r * k + i], xi = x[b * k + i];
-              want += wi * xi;
-              mag += std::fabs(wi * xi);
-              double amax = 0;
-              for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[b * k + j])));
-              act += std::fabs(wi) * amax / 127.0 * (0.5 + 127.0 / 2048.0);
-            }
-            const double bound = 1e-5 * mag + (int8_activations ? act : 0.0) + 1e-30;
-            EXPECT_NEAR(y[b * rows + r], want, bound) << what << " b=" << b << " r=" << r;
+            const DotReference ref = dot_reference(&w[r * k], &x[b * k], k);
+            const double bound = 1e-5 * ref.magnitude + (int8_activations ? ref.int8_activation_error : 0.0) + 1e-30;
+            EXPECT_NEAR(y[b * rows + r], ref.value, bound) << what << " b=" << b << " r=" << r;
             // A bound that allowed any answer would prove nothing.
-            EXPECT_LT(bound, 0.05 * mag) << what << " b=" << b << " r=" << r;
+            EXPECT_LT(bound, 0.05 * ref.magnitude) << what << " b=" << b << " r=" << r;
           }
       };
       std::vector<float> y(n_batch * rows, NAN);
@@ -434,16 +442,9 @@ TEST(Gemm, QuantizedWeightsAwkwardLengths) {
           ops_for(isa)->gemm({type, wq.data(), row_bytes, x.data(), k, y.data(), rows, k, nb, 0, rows});
           for (size_t b = 0; b < nb; ++b)
             for (size_t r = 0; r < rows; ++r) {
-              double want = 0, mag = 0, act = 0;
-              for (size_t i = 0; i < k; ++i) {
-                const double wi = w[r * k + i], xi = x[b * k + i];
-                want += wi * xi;
-                mag += std::fabs(wi * xi);
-                double amax = 0;
-                for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(double(x[b * k + j])));
-                act += std::fabs(wi) * amax / 127.0 * (0.5 + 127.0 / 2048.0);  // as in the test above
-              }
-              EXPECT_NEAR(y[b * rows + r], want, 1e-5 * mag + (int8_activations ? act : 0.0) + 1e-30)
+              const DotReference ref = dot_reference(&w[r * k], &x[b * k], k);
+              EXPECT_NEAR(y[b * rows + r], ref.value,
+                          1e-5 * ref.magnitude + (int8_activations ? ref.int8_activation_error : 0.0) + 1e-30)
                   << "nb=" << nb << " b=" << b << " r=" << r;
             }
         }
