@@ -40,7 +40,7 @@ class Generator {
 
   const std::vector<int32_t>& history() const { return history_; }
   // Keep generating through end-of-generation tokens (they are never sampled).
-  void set_ignore_eos(bool ignore) { ignore_eos_ = ignore; }
+  void set_ignore_eos(bool ignore);
   // Forgets everything (a new conversation).
   void reset();
 
@@ -48,7 +48,7 @@ class Generator {
   Session& session_;
   const Tokenizer& tokenizer_;
   Sampler& sampler_;
-  bool ignore_eos_ = false;
+  std::vector<int32_t> masked_ids_;  // end-of-generation ids, when they are ignored
   std::vector<float> masked_logits_;
   std::vector<int32_t> history_;  // every token of the conversation; the last may not be cached yet
 };

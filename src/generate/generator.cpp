@@ -28,6 +28,13 @@ const char* stop_reason_name(StopReason r) {
 Generator::Generator(Session& session, const Tokenizer& tokenizer, Sampler& sampler)
     : session_(session), tokenizer_(tokenizer), sampler_(sampler) {}
 
+void Generator::set_ignore_eos(bool ignore) {
+  masked_ids_.clear();
+  if (!ignore) return;
+  for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
+    if (tokenizer_.is_eog(id)) masked_ids_.push_back(id);
+}
+
 void Generator::reset() {
   history_.clear();
   session_.reset();
@@ -68,10 +75,9 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
   while (true) {
     if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
     if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; break; }
-    if (ignore_eos_) {
+    if (!masked_ids_.empty()) {
       masked_logits_.assign(logits.begin(), logits.end());
-      for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
-        if (tokenizer_.is_eog(id)) masked_logits_[id] = -INFINITY;
+      for (int32_t id : masked_ids_) masked_logits_[id] = -INFINITY;
       logits = masked_logits_;
     }
     const int32_t token = sampler_.sample(logits);
