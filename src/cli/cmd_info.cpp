@@ -88,7 +88,7 @@ int info(InfoOptions& o) {
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
   const uint32_t n_ctx = std::min<uint32_t>(c.n_ctx_train, 4096);
-  const double kv = 2.0 * c.n_layers * n_ctx * c.n_kv_heads * c.head_dim * sizeof(float);
+  const double kv = KvCache::bytes_for(c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim);
   std::printf("memory:       %s weights (mapped) + %s KV cache at context %u (f32)\n",
               human_bytes((double)model->weight_bytes()).c_str(), human_bytes(kv).c_str(), n_ctx);
   return 0;

@@ -28,7 +28,10 @@ class KvCache {
 
   size_t n_ctx() const { return n_ctx_; }
   size_t kv_dim() const { return kv_dim_; }
-  size_t bytes() const { return (k_.size() + vt_.size()) * sizeof(float); }
+  // Bytes of keys and values for a cache of this shape (before allocating one).
+  static double bytes_for(size_t n_layers, size_t n_ctx, size_t kv_dim) {
+    return 2.0 * double(n_layers) * double(n_ctx) * double(kv_dim) * sizeof(float);
+  }
 
  private:
   size_t n_ctx_, kv_dim_;

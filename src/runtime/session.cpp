@@ -21,7 +21,7 @@ namespace {
 int32_t resolve_n_ctx(const ModelConfig& c, const SessionParams& p) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
-  const double kv_bytes = 2.0 * c.n_layers * double(n_ctx) * c.n_kv_heads * c.head_dim * sizeof(float);
+  const double kv_bytes = KvCache::bytes_for(c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   if (ram > 0 && kv_bytes > ram)
     throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
