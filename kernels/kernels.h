@@ -33,6 +33,11 @@ struct GemmArgs {
   size_t k;
   size_t n_batch;
   size_t r0, r1;
+  // w was made by pack_weights for this table (w_row_bytes is then unused).
+  bool w_packed = false;
+  // Optional: rows 0..n_batch-1 of x already converted by this table's prepare() for
+  // w_type; saves gemm the conversion when several calls share the same activations.
+  const void* x_prepared = nullptr;
 };
 
 struct Ops {
@@ -66,7 +71,21 @@ struct Ops {
   void (*f32_to_fp16)(const float* in, uint16_t* out, size_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
   void (*f32_to_bf16)(const float* in, uint16_t* out, size_t n);
+
+  // Packed weights: bytes to hold rows x k of `type` in the layout this table's gemm
+  // reads fastest (kernels/packed.h; built by pack_weights), or 0: it reads the file's.
+  size_t (*packed_bytes)(TensorType type, size_t rows, size_t k);
+  // Activations: bytes of n_batch rows of k floats converted for weights of w_type (0:
+  // gemm takes the floats), and the conversion of rows [b0, b1) of x into out (row b at
+  // b times the per-row size). Lets a caller convert once for several gemm calls.
+  size_t (*prepared_bytes)(TensorType w_type, size_t k, size_t n_batch);
+  void (*prepare)(TensorType w_type, const float* x, size_t ldx, size_t k, size_t b0, size_t b1, void* out);
 };
+
+// Writes rows [r0, r1) (r0 a multiple of 16) of a file-layout weight of `type` into the
+// packed tensor at dst (sized by packed_bytes of a table that returned non-zero).
+void pack_weights(TensorType type, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0,
+                  size_t r1, void* dst);
 
 // The table for this CPU, chosen once (KILN_ISA=scalar|avx2|avx512 forces one; asking
 // for an ISA the CPU lacks throws kiln::Error).

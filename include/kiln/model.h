@@ -13,13 +13,15 @@
 
 namespace kiln {
 
-// A 2-D weight [rows][cols] (cols contiguous) living inside the GGUF mapping.
+// A 2-D weight [rows][cols] (cols contiguous) living inside the GGUF mapping, or, when
+// `packed`, in the kernels' interleaved layout that Model::load made of it.
 struct WeightView {
   const gguf::TensorInfo* info = nullptr;
   TensorType type = TensorType::F32;
   const void* data = nullptr;
   uint64_t rows = 0, cols = 0;
-  uint64_t row_bytes = 0;
+  uint64_t row_bytes = 0;  // of the file layout
+  bool packed = false;
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -67,12 +69,22 @@ class Model {
 
   uint64_t n_params() const;     // elements of all tensors
   uint64_t weight_bytes() const; // bytes of all tensors
+  uint64_t packed_bytes() const; // bytes of weights repacked for the kernels at load
 
   // Internal: used by architecture files.
   ModelConfig& mutable_config() { return config_; }
   WeightView weight(const std::string& name, std::vector<uint64_t> expect_dims, bool required = true) const;
 
  private:
+  void pack_weights();
+
+  // One anonymous mapping holds every packed weight (huge pages where the OS allows).
+  struct PackedArena {
+    void* base = nullptr;
+    size_t bytes = 0;
+    ~PackedArena();
+  };
+  PackedArena packed_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelConfig config_;

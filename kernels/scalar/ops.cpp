@@ -163,10 +163,15 @@ void f32_to_bf16_n(const float* in, uint16_t* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
+// Weights stay in the file layout and gemm takes float activations.
+size_t no_packing(TensorType, size_t, size_t) { return 0; }
+void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
+
 const Ops kScalarOps = {
     Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
     add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
     f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
+    no_packing,  no_packing,    no_prepare,
 };
 
 }  // namespace

@@ -1,7 +1,13 @@
 // Generic model loading: open the GGUF, let the architecture file fill the config and
 // weight views, then check everything the runtime will rely on.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "kernels/kernels.h"
 #include "model/architecture.h"
@@ -77,6 +83,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     throw Error(path + ": tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
                 " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
 
+  model->pack_weights();
+
   std::map<TensorType, uint64_t> bytes_by_type;
   for (const auto& t : f.tensors())
     if (t.dims.size() >= 2) bytes_by_type[t.type] += t.n_bytes;
@@ -92,6 +100,72 @@ void Model::replace_tokenizer(std::unique_ptr<Tokenizer> tokenizer) {
                 std::to_string(config_.n_vocab));
   tokenizer_ = std::move(tokenizer);
 }
+
+Model::PackedArena::~PackedArena() {
+  if (base) munmap(base, bytes);
+}
+
+// Every matrix the kernels would rather read interleaved is copied into that layout once
+// (KILN_PACK=0 keeps the file layout, to measure the difference). The file's pages of a
+// packed matrix are then released: the packed copy replaces them, not doubles them.
+void Model::pack_weights() {
+  const char* env = std::getenv("KILN_PACK");
+  if (env && std::string(env) == "0") return;
+  const kernels::Ops& ops = kernels::ops();
+  std::vector<WeightView*> todo;
+  const auto consider = [&](WeightView& w) {
+    if (w && w.info && ops.packed_bytes(w.type, w.rows, w.cols) > 0) todo.push_back(&w);
+  };
+  for (auto& L : layers)
+    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*w);
+  consider(output);
+  if (todo.empty()) return;
+
+  // Memory first (a failure throws here; threads must not), then the copying in parallel.
+  std::vector<size_t> offset(todo.size() + 1, 0);
+  for (size_t i = 0; i < todo.size(); ++i)
+    offset[i + 1] = offset[i] + (ops.packed_bytes(todo[i]->type, todo[i]->rows, todo[i]->cols) + 63) / 64 * 64;
+  constexpr size_t kHugePage = 2 << 20;
+  const size_t bytes = (offset.back() + kHugePage - 1) / kHugePage * kHugePage;
+  void* base = mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    throw Error(file_->path() + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB for the packed weights");
+  packed_.base = base, packed_.bytes = bytes + kHugePage;
+  // 2 MiB aligned so that transparent huge pages can back it: fewer TLB misses while
+  // every token streams all weights, and fewer page faults while packing.
+  auto* arena = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage);
+  madvise(arena, bytes, MADV_HUGEPAGE);
+  std::vector<void*> dst(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) dst[i] = arena + offset[i];
+  std::atomic<size_t> next{0};
+  const auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      const WeightView& w = *todo[i];
+      kernels::pack_weights(w.type, w.data, w.row_bytes, w.rows, w.cols, 0, w.rows, dst[i]);
+    }
+  };
+  const unsigned n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 16u));
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+
+  const long page = sysconf(_SC_PAGESIZE);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    WeightView& w = *todo[i];
+    const bool shared_with_embedding = w.data == token_embd.data;
+    if (!shared_with_embedding) {
+      // Whole pages inside the tensor only: neighbours may still be read from the file.
+      const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
+      const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
+      if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+    w.data = dst[i];
+    w.packed = true;
+  }
+}
+
+uint64_t Model::packed_bytes() const { return packed_.bytes; }
 
 uint64_t Model::n_params() const {
   uint64_t n = 0;

@@ -70,6 +70,17 @@ struct Session::Impl {
     hb.resize(B * c.ffn_dim);
     hb2.resize(B * c.ffn_dim);
     scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
+    size_t max_rows = m.output.rows;
+    const auto size_for = [&](const WeightView& w) {
+      if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
+      max_rows = std::max<size_t>(max_rows, w.rows);
+    };
+    size_for(m.output);
+    for (const LayerWeights& L : m.layers)
+      for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) size_for(*w);
+    prepared.resize(kMaxMatmuls * prepared_stride + 64);
+    prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
+    tasks.reserve(kMaxMatmuls * (max_rows / 48 + 1));
     logits.resize(c.n_vocab);
 
     // theta_i = pos * base^(-2i/n_rot), computed in double once for every position.
@@ -83,24 +94,70 @@ struct Session::Impl {
       }
   }
 
-  // y[b] = W x[b] for b < B, rows split across threads. Tiny matrices stay on one
-  // thread: waking the pool costs more than the arithmetic.
-  void matmul(const WeightView& w, const float* in, float* out, size_t B) {
-    kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, out, w.rows, w.cols, B, 0, w.rows};
-    if (w.rows * w.cols * B < 64 * 1024 || pool.size() == 1) {
-      ops.gemm(a);
+  // Quantized weights multiply converted (8-bit) activations: each input is converted
+  // once per weight type and shared by the matmuls that read it.
+  static constexpr size_t kMaxMatmuls = 3;
+  std::vector<uint8_t> prepared;      // [kMaxMatmuls][prepared_stride], from prepared_base
+  uint8_t* prepared_base = nullptr;   // 64-byte aligned
+  size_t prepared_stride = 0;
+  struct RowTask {
+    kernels::GemmArgs args;
+  };
+  std::vector<RowTask> tasks;         // reserved once; a matmuls() call never allocates
+
+  struct MatmulOut {
+    const WeightView& w;
+    float* y;
+  };
+
+  // y_i[b] = W_i x[b] for every pair (all W_i have x's width), as one job for the pool:
+  // rows of all matrices are cut into chunks that threads take in turn. Tiny work stays
+  // on one thread: waking the pool costs more than the arithmetic.
+  void matmuls(const float* in, size_t B, std::initializer_list<MatmulOut> outs) {
+    const void* prepared_for[kMaxMatmuls] = {};
+    TensorType prepared_type[kMaxMatmuls];
+    size_t n_prepared = 0, work = 0;
+    tasks.clear();
+    for (const MatmulOut& o : outs) {
+      const WeightView& w = o.w;
+      kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, o.y, w.rows, w.cols, B, 0, w.rows, w.packed};
+      if (w.packed && ops.prepared_bytes(w.type, w.cols, B) > 0) {
+        size_t slot = 0;
+        while (slot < n_prepared && prepared_type[slot] != w.type) ++slot;
+        if (slot == n_prepared) {
+          void* dst = prepared_base + slot * prepared_stride;
+          prepare_activations(w.type, in, w.cols, B, dst);
+          prepared_type[slot] = w.type, prepared_for[slot] = dst, ++n_prepared;
+        }
+        a.x_prepared = prepared_for[slot];
+      }
+      work += w.rows * w.cols * B;
+      // About 8 chunks per thread: fine enough to rebalance, coarse enough that a chunk
+      // streams a good run of rows. Multiples of 48 suit the 16-row packed groups and
+      // the 6-row float prefill tiles.
+      const size_t chunk = std::max<size_t>(48, (w.rows / (size_t(pool.size()) * 8) + 47) / 48 * 48);
+      for (size_t r0 = 0; r0 < w.rows; r0 += chunk) {
+        a.r0 = r0;
+        a.r1 = std::min<size_t>(w.rows, r0 + chunk);
+        tasks.push_back({a});
+      }
+    }
+    if (work < 64 * 1024 || pool.size() == 1) {
+      for (const RowTask& t : tasks) ops.gemm(t.args);
       return;
     }
-    // About 8 chunks per thread: fine enough to rebalance, coarse enough that a chunk
-    // streams a good run of rows.
-    // Multiples of 48 suit both the 16-row decode and the 6-row prefill tiles.
-    const size_t chunk = std::max<size_t>(48, (w.rows / (size_t(pool.size()) * 8) + 47) / 48 * 48);
-    pool.parallel_for_dynamic(w.rows, chunk, [&](size_t r0, size_t r1) {
-      kernels::GemmArgs part = a;
-      part.r0 = r0;
-      part.r1 = r1;
-      ops.gemm(part);
+    pool.parallel_for_dynamic(tasks.size(), 1, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t) ops.gemm(tasks[t].args);
     });
+  }
+  void matmul(const WeightView& w, const float* in, float* out, size_t B) { matmuls(in, B, {{w, out}}); }
+
+  void prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst) {
+    if (B < 8 || pool.size() == 1) {
+      ops.prepare(type, in, k, k, 0, B, dst);
+      return;
+    }
+    pool.parallel_for(B, 1, [&](size_t b0, size_t b1) { ops.prepare(type, in, k, k, b0, b1, dst); });
   }
 
   void embed(int32_t token, float* out) {
@@ -160,9 +217,7 @@ struct Session::Impl {
       const float* attn_norm = static_cast<const float*>(L.attn_norm.data);
       for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], attn_norm, &xb[b * dim], dim, c.rms_eps);
 
-      matmul(L.wq, xb.data(), q.data(), B);
-      matmul(L.wk, xb.data(), k.data(), B);
-      matmul(L.wv, xb.data(), v.data(), B);
+      matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
       for (size_t b = 0; b < B; ++b) {
         const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
         ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
@@ -175,8 +230,7 @@ struct Session::Impl {
 
       const float* ffn_norm = static_cast<const float*>(L.ffn_norm.data);
       for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], ffn_norm, &xb[b * dim], dim, c.rms_eps);
-      matmul(L.w_gate, xb.data(), hb.data(), B);
-      matmul(L.w_up, xb.data(), hb2.data(), B);
+      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
       for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
       matmul(L.w_down, hb.data(), xb.data(), B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);

@@ -259,10 +259,15 @@ void f32_to_bf16(const float* in, uint16_t* out, size_t n) {
   }
 }
 
+// Weights stay in the file layout and gemm takes float activations.
+size_t no_packing(TensorType, size_t, size_t) { return 0; }
+void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
+
 const Ops kOps = {
     Isa::avx2,   gemm_supports, gemm,    dot,         axpy,        scale,
     add,         rmsnorm,       softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16, bf16_to_f32,   f32_to_bf16,
+    no_packing,  no_packing,    no_prepare,
 };
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "kernels/quant.h"
 #include "kernels/tables.h"
 #include "kernels/x86/gemm_tiles.h"
+#include "kernels/x86/avx512/gemm_packed.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -428,6 +429,7 @@ bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
+  if (a.w_packed) return gemm_packed(a);
   if (a.k <= kMaxQuantK) {
     if (a.w_type == TensorType::Q8_0) return gemm_quant_vnni<TensorType::Q8_0>(a);
     if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/tables.h"
+#include "kernels/x86/avx512/gemm_packed.h"
 
 namespace kiln::kernels::avx512 {
 
@@ -241,6 +242,7 @@ const Ops kOps = {
     Isa::avx512, gemm_supports, gemm,    dot,         axpy,        scale,
     add,         rmsnorm,       softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16, bf16_to_f32,   f32_to_bf16,
+    packed_bytes, prepared_bytes, prepare,
 };
 
 }  // namespace

@@ -1,0 +1,191 @@
+// File layout -> packed layout (kernels/packed.h). Each record is built from the file's
+// blocks of 16 rows: quantized values are decoded to small unsigned integers per row,
+// then written lane by lane. Load-time code: clarity over speed.
+#include <cstring>
+
+#include "kernels/packed.h"
+#include "kernels/quant.h"
+#include "kiln/error.h"
+
+namespace kiln::kernels::packed {
+namespace {
+
+constexpr size_t G = kGroupRows;
+
+// One group's record being written: lane r of vector v is 4 bytes at v*64 + 4r.
+struct Vectors {
+  uint8_t* p;
+  uint8_t& at(size_t v, size_t r, size_t i) const { return p[v * 64 + r * 4 + i]; }
+};
+
+void put_fp16(uint8_t* dst, size_t r, uint16_t h) { std::memcpy(dst + 2 * r, &h, 2); }
+
+template <class Block>
+const Block* block_at(const void* src, size_t row_bytes, size_t row, size_t blk) {
+  return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(src) + row * row_bytes) + blk;
+}
+
+// Legacy types: q[32] unsigned (the file's stored value, +128 for Q8_0), d, optional m.
+struct Legacy {
+  uint8_t q[32];
+  uint16_t d, m;
+};
+
+Legacy decode_legacy(TensorType t, const void* src, size_t row_bytes, size_t row, size_t blk) {
+  Legacy out{};
+  switch (t) {
+    case TensorType::Q8_0: {
+      const auto* b = block_at<block_q8_0>(src, row_bytes, row, blk);
+      out.d = b->d;
+      for (int i = 0; i < 32; ++i) out.q[i] = uint8_t(b->qs[i] + 128);
+      break;
+    }
+    case TensorType::Q4_0: case TensorType::Q4_1: {
+      const uint8_t* qs;
+      if (t == TensorType::Q4_0) {
+        const auto* b = block_at<block_q4_0>(src, row_bytes, row, blk);
+        out.d = b->d, qs = b->qs;
+      } else {
+        const auto* b = block_at<block_q4_1>(src, row_bytes, row, blk);
+        out.d = b->d, out.m = b->m, qs = b->qs;
+      }
+      for (int i = 0; i < 16; ++i) out.q[i] = qs[i] & 15, out.q[i + 16] = qs[i] >> 4;
+      break;
+    }
+    case TensorType::Q5_0: case TensorType::Q5_1: {
+      const uint8_t *qs, *qh;
+      if (t == TensorType::Q5_0) {
+        const auto* b = block_at<block_q5_0>(src, row_bytes, row, blk);
+        out.d = b->d, qs = b->qs, qh = b->qh;
+      } else {
+        const auto* b = block_at<block_q5_1>(src, row_bytes, row, blk);
+        out.d = b->d, out.m = b->m, qs = b->qs, qh = b->qh;
+      }
+      uint32_t high;
+      std::memcpy(&high, qh, 4);
+      for (int i = 0; i < 16; ++i) {
+        out.q[i] = uint8_t((qs[i] & 15) | (((high >> i) & 1) << 4));
+        out.q[i + 16] = uint8_t((qs[i] >> 4) | (((high >> (i + 16)) & 1) << 4));
+      }
+      break;
+    }
+    default: break;
+  }
+  return out;
+}
+
+void pack_legacy_record(TensorType t, const Legacy* rows, size_t n, uint8_t* rec) {
+  const bool has_m = t == TensorType::Q4_1 || t == TensorType::Q5_1;
+  const bool has_qh = t == TensorType::Q5_0 || t == TensorType::Q5_1;
+  std::memset(rec, 0, record_bytes(t));
+  uint8_t* p = rec;
+  for (size_t r = 0; r < n; ++r) put_fp16(p, r, rows[r].d);
+  p += 32;
+  if (has_m) {
+    for (size_t r = 0; r < n; ++r) put_fp16(p, r, rows[r].m);
+    p += 32;
+  }
+  if (has_qh) {
+    for (size_t j = 0; j < 8; ++j) {
+      uint64_t word = 0;
+      for (size_t r = 0; r < n; ++r)
+        for (size_t i = 0; i < 4; ++i) word |= uint64_t((rows[r].q[4 * j + i] >> 4) & 1) << (4 * r + i);
+      std::memcpy(p + 8 * j, &word, 8);
+    }
+    p += 64;
+  }
+  const Vectors qs{p};
+  for (size_t r = 0; r < n; ++r)
+    for (size_t v = 0; v < 4; ++v)
+      for (size_t i = 0; i < 4; ++i) {
+        if (t == TensorType::Q8_0) {
+          qs.at(v, r, i) = rows[r].q[4 * v + i];
+          qs.at(v + 4, r, i) = rows[r].q[16 + 4 * v + i];
+        } else {
+          qs.at(v, r, i) = uint8_t((rows[r].q[4 * v + i] & 15) | ((rows[r].q[16 + 4 * v + i] & 15) << 4));
+        }
+      }
+}
+
+void pack_q4_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  std::memset(rec, 0, record_bytes(TensorType::Q4_K));
+  uint8_t *d = rec, *dmin = rec + 32, *sc = rec + 64, *mpair = rec + 192;
+  const Vectors qs{rec + 320};
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q4_K>(src, row_bytes, row0 + r, blk);
+    put_fp16(d, r, b->d);
+    put_fp16(dmin, r, b->dmin);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t s, m;
+      ref::unpack_scale_min_k4(b->scales, j, &s, &m);
+      sc[16 * j + r] = s;
+      mpair[32 * (j / 2) + 2 * r + (j % 2)] = m;
+    }
+    // The file's 32 bytes of sub-blocks 2p/2p+1 already pair them by nibble.
+    for (size_t p = 0; p < 4; ++p)
+      for (size_t v = 0; v < 8; ++v)
+        for (size_t i = 0; i < 4; ++i) qs.at(8 * p + v, r, i) = b->qs[32 * p + 4 * v + i];
+  }
+}
+
+void pack_q6_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  std::memset(rec, 0, record_bytes(TensorType::Q6_K));
+  uint8_t* d = rec;
+  int8_t* scpair = reinterpret_cast<int8_t*>(rec + 32);
+  uint8_t* chunks = rec + 288;
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q6_K>(src, row_bytes, row0 + r, blk);
+    put_fp16(d, r, b->d);
+    for (int j = 0; j < 16; ++j) scpair[32 * (j / 2) + 2 * r + (j % 2)] = b->scales[j];
+    uint8_t q[256];  // 0..63, the file's stored value (x = d * sc * (q - 32))
+    for (int e = 0; e < 256; ++e) {
+      const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+      const uint8_t ql = b->ql[64 * h + 32 * (g % 2) + l];
+      q[e] = uint8_t(((g < 2 ? ql : ql >> 4) & 15) | (((b->qh[32 * h + l] >> (2 * g)) & 3) << 4));
+    }
+    for (size_t P = 0; P < 8; ++P) {
+      const Vectors ql{chunks + P * 384}, qh{chunks + P * 384 + 256};
+      for (size_t u = 0; u < 8; ++u)
+        for (size_t i = 0; i < 4; ++i) {
+          const uint8_t v = q[32 * P + 4 * u + i];
+          ql.at(u % 4, r, i) |= uint8_t((v & 15) << (u < 4 ? 0 : 4));
+          qh.at(u / 4, r, i) |= uint8_t((v >> 4) << (2 * (u % 4)));
+        }
+    }
+  }
+}
+
+}  // namespace
+
+void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1,
+               void* dst) {
+  if (!record_bytes(t)) throw Error(std::string("no packed layout for ") + type_name(t));
+  if (r0 % G != 0 || k % record_elements(t) != 0) throw Error("pack_rows: misaligned rows or k");
+  const size_t n_records = k / record_elements(t), gbytes = group_bytes(t, k);
+  r1 = r1 < rows ? r1 : rows;
+  for (size_t g0 = r0; g0 < r1; g0 += G) {
+    const size_t n = (g0 + G <= rows ? G : rows - g0);
+    uint8_t* group = static_cast<uint8_t*>(dst) + g0 / G * gbytes;
+    for (size_t blk = 0; blk < n_records; ++blk) {
+      uint8_t* rec = group + blk * record_bytes(t);
+      if (t == TensorType::Q4_K) {
+        pack_q4_k_record(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q6_K) {
+        pack_q6_k_record(src, src_row_bytes, g0, n, blk, rec);
+      } else {
+        Legacy lr[G];
+        for (size_t r = 0; r < n; ++r) lr[r] = decode_legacy(t, src, src_row_bytes, g0 + r, blk);
+        pack_legacy_record(t, lr, n, rec);
+      }
+    }
+  }
+}
+
+}  // namespace kiln::kernels::packed
+
+namespace kiln::kernels {
+void pack_weights(TensorType type, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0,
+                  size_t r1, void* dst) {
+  packed::pack_rows(type, src, src_row_bytes, rows, k, r0, r1, dst);
+}
+}  // namespace kiln::kernels

@@ -1,0 +1,114 @@
+#pragma once
+// The interleaved ("packed") weight layout the x86 integer kernels read, and the 8-bit
+// activation formats they multiply it with. Internal to kernels/.
+//
+// Why: a file's quantized row is a run of blocks, so a dot product of one row needs a
+// horizontal sum per block and a scale per 32 elements. Packed, 16 consecutive rows form
+// a group, and every 32-bit lane of a 64-byte vector belongs to one row: vpdpbusd with
+// four broadcast activation bytes then advances 16 dot products at once, block scales
+// are 16-lane vectors, results are stored as a vector, and no horizontal sums remain.
+// AVX2 reads the same layout as two 8-lane halves.
+//
+// A packed tensor: ceil(rows / 16) groups, one after another; a group is the records of
+// its blocks in k order; rows past the end of the tensor are zero (scales 0). Within a
+// record, "vector v" is 64 bytes = 16 lanes x 4 bytes, lane r holding row r of the group.
+// Weights are stored unsigned (offset-shifted); the kernels subtract offset x sum(x_q).
+//
+// Legacy records, one per 32 elements (qs vectors: lane r, byte i of vector v):
+//   Q8_0: d[16] fp16 | 8 vectors: element 4v+i, stored q+128            = 544 bytes
+//   Q4_0: d[16]      | 4 vectors: low nibble element 4v+i, high 16+4v+i = 288 bytes
+//   Q4_1: d[16] | m[16] | nibbles as Q4_0                               = 320 bytes
+//   Q5_0: d[16] | qh: 8 x uint64 | nibbles as Q4_0                       = 352 bytes
+//   Q5_1: d[16] | m[16] | qh | nibbles                                  = 384 bytes
+//   qh word j, bit 4r+i: bit 4 (the 16) of row r's element 4j+i.
+// K records, one per 256 elements; "unpacked vector" u of a 32-element sub-block holds
+// its elements 4u..4u+3:
+//   Q4_K: d[16] | dmin[16] fp16 | sc[8][16] u8 | mpair[4][16][2] u8 (m of sub-blocks
+//         2p, 2p+1) | 4 pairs x 8 vectors: vector v of pair p, low nibble = sub-block
+//         2p's unpacked vector v, high nibble = sub-block 2p+1's             = 2368 bytes
+//   Q6_K: d[16] | scpair[8][16][2] i8 (sub-blocks of 16: 2P, 2P+1) | 8 x (ql 4 vectors,
+//         qh 2 vectors): for 32-element chunk P, unpacked vector u < 8 (u < 4: sub-block
+//         2P, else 2P+1) has low 4 bits from ql vector u % 4 (u < 4 low nibble, else
+//         high) and bits 4..5 from bits 2(u % 4)..+1 of qh vector u / 4; q in 0..63 is
+//         the file's q + 32                                                 = 3360 bytes
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/tensor_type.h"
+
+namespace kiln::kernels::packed {
+
+inline constexpr size_t kGroupRows = 16;
+
+// Bytes of one record and elements it covers, or 0 for a type without a packed layout.
+constexpr size_t record_bytes(TensorType t) {
+  switch (t) {
+    case TensorType::Q8_0: return 544;
+    case TensorType::Q4_0: return 288;
+    case TensorType::Q4_1: return 320;
+    case TensorType::Q5_0: return 352;
+    case TensorType::Q5_1: return 384;
+    case TensorType::Q4_K: return 2368;
+    case TensorType::Q6_K: return 3360;
+    default: return 0;
+  }
+}
+constexpr size_t record_elements(TensorType t) {
+  return t == TensorType::Q4_K || t == TensorType::Q6_K ? 256 : 32;
+}
+constexpr size_t group_bytes(TensorType t, size_t k) { return k / record_elements(t) * record_bytes(t); }
+constexpr size_t tensor_bytes(TensorType t, size_t rows, size_t k) {
+  return (rows + kGroupRows - 1) / kGroupRows * group_bytes(t, k);
+}
+
+// Packs rows [r0, r1) of a file-layout tensor (r0 a multiple of 16) into dst, the start
+// of the whole packed tensor. Portable code, shared by every ISA that reads the layout.
+void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1,
+               void* dst);
+
+// ---- 8-bit activations. One row of k floats becomes, at a 64-byte aligned stride:
+// Legacy weights (as ggml's Q8_0): per 32 elements d = fp16(amax / 127) kept as float,
+// q = round-half-away(x / d), and s = sum(q) as int32 for the offset corrections.
+//   int8 q[k] | float d[k/32] | int32 s[k/32]
+// K-quant weights (as ggml's Q8_K): per 256 elements d = amax / 127 (float), q rounded
+// to nearest, plus sums of q over each 16 and each 32 elements for mins and offsets.
+//   int8 q[k] | float d[k/256] | int16 s16[k/16] | int16 s32[k/32]
+enum class ActFormat { none, q8_32, q8_256 };
+
+constexpr ActFormat act_format(TensorType w) {
+  switch (w) {
+    case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
+    case TensorType::Q5_1: return ActFormat::q8_32;
+    case TensorType::Q4_K: case TensorType::Q6_K: return ActFormat::q8_256;
+    default: return ActFormat::none;
+  }
+}
+constexpr size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+constexpr size_t act_row_bytes(ActFormat f, size_t k) {
+  return f == ActFormat::q8_32 ? align64(k + k / 32 * 8) : f == ActFormat::q8_256 ? align64(k + k / 256 * 4 + k / 16 * 2 + k / 32 * 2) : 0;
+}
+
+struct ActRow32 {
+  const int8_t* q;
+  const float* d;
+  const int32_t* s;
+};
+inline ActRow32 act_row32(const void* base, size_t k, size_t b) {
+  const auto* p = static_cast<const uint8_t*>(base) + b * act_row_bytes(ActFormat::q8_32, k);
+  return {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + k),
+          reinterpret_cast<const int32_t*>(p + k + k / 32 * 4)};
+}
+struct ActRow256 {
+  const int8_t* q;
+  const float* d;
+  const int16_t* s16;
+  const int16_t* s32;
+};
+inline ActRow256 act_row256(const void* base, size_t k, size_t b) {
+  const auto* p = static_cast<const uint8_t*>(base) + b * act_row_bytes(ActFormat::q8_256, k);
+  return {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + k),
+          reinterpret_cast<const int16_t*>(p + k + k / 256 * 4),
+          reinterpret_cast<const int16_t*>(p + k + k / 256 * 4 + k / 16 * 2)};
+}
+
+}  // namespace kiln::kernels::packed

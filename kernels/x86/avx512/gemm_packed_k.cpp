@@ -1,0 +1,143 @@
+// AVX-512 VNNI gemm on packed K-quant weights (layout: kernels/packed.h), against
+// activations quantized per 256 elements (ActFormat::q8_256). Sub-block scales are small
+// integers: each super-block's products, scales and offsets stay exact in int32 and meet
+// the float scales once. Same determinism contract as gemm_packed.cpp.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/x86/avx512/packed_tiles.h"
+
+namespace kiln::kernels::avx512 {
+namespace {
+
+// ---------------------------------------------------------------- Q4_K
+
+template <int RB>
+void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
+  constexpr size_t R = record_bytes(TensorType::Q4_K);
+  ActRow256 xr[RB];
+  __m512 acc[RB];
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (size_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* rec = group + sb * R;
+    const uint8_t *sc = rec + 64, *mpair = rec + 192, *qs = rec + 320;
+    __m512i sumi[RB];
+#pragma GCC unroll 16
+    for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
+    for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
+      const uint8_t* pv = qs + 512 * (half / 2);
+      __m512i w[8];
+      for (int v = 0; v < 8; ++v)
+        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
+      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * half)));
+#pragma GCC unroll 16
+      for (int j = 0; j < RB; ++j) {
+        const int8_t* xq = xr[j].q + 256 * sb + 32 * half;
+        __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u) isum = _mm512_dpbusd_epi32(isum, w[u], bcast4(xq + 4 * u));
+        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum, scale));
+      }
+    }
+    const __m512 d = load_fp16x16(rec), dmin = load_fp16x16(rec + 32);
+    __m512i mpairs[4];
+    for (int p = 0; p < 4; ++p) mpairs[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mpair + 32 * p)));
+#pragma GCC unroll 16
+    for (int j = 0; j < RB; ++j) {
+      // sum over sub-blocks of m * sum(x_q): int16 pairs (m, sum) in one vpdpwssd each.
+      __m512i msum = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mpairs[p], bcast4(xr[j].s32 + 8 * sb + 2 * p));
+      const __m512 dx = _mm512_set1_ps(xr[j].d[sb]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, dx), acc[j]);
+      acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
+}
+
+// ---------------------------------------------------------------- Q6_K
+
+template <int RB>
+void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
+  constexpr size_t R = record_bytes(TensorType::Q6_K);
+  ActRow256 xr[RB];
+  __m512 acc[RB];
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+  for (size_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* rec = group + sb * R;
+    const uint8_t *scpair = rec + 32, *chunks = rec + 288;
+    __m512i sumi[RB];
+#pragma GCC unroll 16
+    for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
+    for (int P = 0; P < 8; ++P) {
+      const uint8_t *ql = chunks + 384 * P, *qh = ql + 256;
+      const __m512i h0 = load(qh), h1 = load(qh + 64);
+      __m512i w[8];
+      for (int u = 0; u < 4; ++u) {
+        const __m512i l = load(ql + 64 * u);
+        w[u] = _mm512_and_si512(l, low4);
+        w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
+      }
+      // Bits 2s..2s+1 of the qh bytes become bits 4..5 (16-bit shifts are fine: the mask
+      // drops whatever crossed from the neighbouring byte).
+      w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h0, 4), bits45));
+      w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h0, 2), bits45));
+      w[2] = _mm512_or_si512(w[2], _mm512_and_si512(h0, bits45));
+      w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_srli_epi16(h0, 2), bits45));
+      w[4] = _mm512_or_si512(w[4], _mm512_and_si512(_mm512_slli_epi16(h1, 4), bits45));
+      w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_slli_epi16(h1, 2), bits45));
+      w[6] = _mm512_or_si512(w[6], _mm512_and_si512(h1, bits45));
+      w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(h1, 2), bits45));
+      const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scpair + 32 * P)));
+      const __m512i sc_a = _mm512_srai_epi32(_mm512_slli_epi32(sc16, 16), 16), sc_b = _mm512_srai_epi32(sc16, 16);
+#pragma GCC unroll 16
+      for (int j = 0; j < RB; ++j) {
+        const int8_t* xq = xr[j].q + 256 * sb + 32 * P;
+        const int16_t* s16 = xr[j].s16 + 16 * sb + 2 * P;
+        // Stored q is the file's q + 32: start each 16-element sum at -32 * sum(x_q).
+        __m512i ia = _mm512_set1_epi32(-32 * s16[0]), ib = _mm512_set1_epi32(-32 * s16[1]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          ia = _mm512_dpbusd_epi32(ia, w[u], bcast4(xq + 4 * u));
+          ib = _mm512_dpbusd_epi32(ib, w[u + 4], bcast4(xq + 16 + 4 * u));
+        }
+        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_add_epi32(_mm512_mullo_epi32(ia, sc_a), _mm512_mullo_epi32(ib, sc_b)));
+      }
+    }
+    const __m512 d = load_fp16x16(rec);
+#pragma GCC unroll 16
+    for (int j = 0; j < RB; ++j)
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, _mm512_set1_ps(xr[j].d[sb])), acc[j]);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
+}
+
+struct Q4KTile {
+  template <int RB>
+  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
+    q4_k_tile<RB>(group, k, act, y, ldy, lanes);
+  }
+};
+struct Q6KTile {
+  template <int RB>
+  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
+    q6_k_tile<RB>(group, k, act, y, ldy, lanes);
+  }
+};
+
+}  // namespace
+
+void run_packed_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+  switch (a.w_type) {
+    case TensorType::Q4_K: return run_groups<Q4KTile>(a, act, b0, b1);
+    case TensorType::Q6_K: return run_groups<Q6KTile>(a, act, b0, b1);
+    default: return;
+  }
+}
+
+}  // namespace kiln::kernels::avx512

@@ -1,0 +1,204 @@
+// Packed quantized weights (kernels/packed.h) on every ISA that packs them: gemm against
+// float64 dot products over the reference dequantization of the same file blocks, with
+// the error bound the 8-bit activations allow, plus the determinism contract (row
+// splits, batch sizes, prepared or not, decode vs batch: identical bits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+namespace kiln::kernels {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+uint16_t fp16_bits(float f) {
+  // Small positive normal halves only: exponent and 10 mantissa bits, truncated.
+  uint32_t b = bits_of(f);
+  const int e = int((b >> 23) & 255) - 127 + 15;
+  return uint16_t((e << 10) | ((b >> 13) & 1023));
+}
+
+// Random but valid file blocks of `type`: random quantized bits, small positive fp16
+// scales (K-quant min scales too), so every bit pattern the unpacking must handle occurs.
+std::vector<uint8_t> random_blocks(TensorType type, size_t rows, size_t k, std::mt19937& rng) {
+  const auto& q = *ref::quant_traits(type);
+  std::vector<uint8_t> data(rows * k / q.block_size * q.block_bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : data) b = uint8_t(byte(rng));
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  const auto set = [&](size_t at, float v) {
+    const uint16_t h = fp16_bits(v);
+    std::memcpy(&data[at], &h, 2);
+  };
+  for (size_t blk = 0; blk < data.size() / q.block_bytes; ++blk) {
+    const size_t at = blk * q.block_bytes;
+    switch (type) {
+      case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q5_0: set(at, scale(rng)); break;
+      case TensorType::Q4_1: case TensorType::Q5_1: set(at, scale(rng)), set(at + 2, -scale(rng) * 8); break;
+      case TensorType::Q4_K: case TensorType::Q5_K: set(at, scale(rng) / 16), set(at + 2, scale(rng) / 16); break;
+      case TensorType::Q6_K: set(at + offsetof(block_q6_K, d), scale(rng) / 16); break;
+      case TensorType::Q3_K: set(at + offsetof(block_q3_K, d), scale(rng) / 16); break;
+      case TensorType::Q2_K:
+        set(at + offsetof(block_q2_K, d), scale(rng) / 4), set(at + offsetof(block_q2_K, dmin), scale(rng) / 4);
+        break;
+      default: break;
+    }
+    if (type == TensorType::Q8_0)  // the quantizer never writes -128
+      for (size_t i = 0; i < 32; ++i)
+        if (data[at + 2 + i] == 0x80) data[at + 2 + i] = 0x81;
+  }
+  return data;
+}
+
+struct Case {
+  TensorType type;
+  std::vector<size_t> ks;
+};
+
+// Float64 value and error bound of one output. 8-bit activations move each x_i by at
+// most half a step of its block's scale: amax/127 per 32 (plus the fp16 rounding of
+// that scale, 127/2048 of a step) for legacy weights, amax/127 per 256 for K-quants.
+struct Expected {
+  double value = 0, bound = 0, magnitude = 0;
+};
+Expected expected(const float* w, const float* x, size_t k, size_t act_block) {
+  Expected e;
+  const double step_error = act_block == 32 ? 0.5 + 127.0 / 2048.0 : 0.5;
+  for (size_t b = 0; b < k; b += act_block) {
+    double amax = 0;
+    for (size_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    for (size_t i = b; i < b + act_block; ++i) {
+      e.value += double(w[i]) * x[i];
+      e.magnitude += std::fabs(double(w[i]) * x[i]);
+      e.bound += std::fabs(double(w[i])) * amax / 127.0 * step_error;
+    }
+  }
+  e.bound += 1e-5 * e.magnitude + 1e-30;
+  return e;
+}
+
+TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
+  const Case cases[] = {{TensorType::Q8_0, {32, 96, 352}}, {TensorType::Q4_0, {32, 96, 352}},
+                        {TensorType::Q4_1, {32, 160}},     {TensorType::Q5_0, {32, 160}},
+                        {TensorType::Q5_1, {32, 160}},     {TensorType::Q4_K, {256, 768}},
+                        {TensorType::Q6_K, {256, 768}}};
+  std::mt19937 rng(21);
+  int packed_types = 0;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (const Case& c : cases) {
+      for (size_t k : c.ks) {
+        for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+          const size_t packed_size = o.packed_bytes(c.type, rows, k);
+          if (!packed_size) continue;
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(c.type) + " k=" + std::to_string(k) +
+                       " rows=" + std::to_string(rows));
+          packed_types += rows == 1 && k == c.ks[0];
+          const auto& q = *ref::quant_traits(c.type);
+          const size_t row_bytes = k / q.block_size * q.block_bytes;
+          const std::vector<uint8_t> file = random_blocks(c.type, rows, k, rng);
+          std::vector<float> w(rows * k);
+          for (size_t r = 0; r < rows; ++r) ref::dequantize_row(c.type, &file[r * row_bytes], &w[r * k], k);
+          std::vector<uint8_t> packed(packed_size + 64);
+          void* p = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+          // Packed in two slices, as a loader splitting the work across threads would.
+          const size_t half = (rows / 2) / 16 * 16;
+          pack_weights(c.type, file.data(), row_bytes, rows, k, 0, half, p);
+          pack_weights(c.type, file.data(), row_bytes, rows, k, half, rows, p);
+
+          const size_t n_batch = 13;
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          std::vector<float> x(n_batch * k);
+          for (auto& v : x) v = dist(rng);
+          x[2 * k + 5] = 40.0f;  // an outlier (row 2): its block's other values get coarse steps
+
+          GemmArgs a{c.type, p, 0, x.data(), k, nullptr, rows, k, n_batch, 0, rows, true, nullptr};
+          std::vector<float> y(n_batch * rows, NAN);
+          a.y = y.data();
+          o.gemm(a);
+          const size_t act_block = q.block_size == 256 ? 256 : 32;
+          for (size_t b = 0; b < n_batch; ++b)
+            for (size_t r = 0; r < rows; ++r) {
+              const Expected e = expected(&w[r * k], &x[b * k], k, act_block);
+              ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
+              if (b != 2) {  // a bound that allowed anything would prove nothing
+                ASSERT_LT(e.bound, 0.1 * e.magnitude) << "b=" << b << " r=" << r;
+              }
+            }
+
+          // Prepared activations, odd row splits, single rows (decode), smaller batches:
+          // the same bits.
+          std::vector<uint8_t> prepared(o.prepared_bytes(c.type, k, n_batch) + 64);
+          void* xp = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
+          o.prepare(c.type, x.data(), k, k, 0, 6, xp);
+          o.prepare(c.type, x.data(), k, k, 6, n_batch, xp);
+          std::vector<float> y2(n_batch * rows, NAN);
+          GemmArgs b2 = a;
+          b2.y = y2.data();
+          b2.x_prepared = xp;
+          for (size_t r0 = 0; r0 < rows; r0 += 7) {
+            b2.r0 = r0;
+            b2.r1 = std::min(rows, r0 + 7);
+            o.gemm(b2);
+          }
+          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(y2[i]), bits_of(y[i])) << i;
+          for (size_t b = 0; b < n_batch; b += 4) {
+            std::vector<float> y1(rows, NAN);
+            GemmArgs one = a;
+            one.x = &x[b * k];
+            one.y = y1.data();
+            one.n_batch = 1;
+            o.gemm(one);
+            for (size_t r = 0; r < rows; ++r) ASSERT_EQ(bits_of(y1[r]), bits_of(y[b * rows + r])) << "b=" << b;
+          }
+        }
+      }
+    }
+  }
+  // This machine's AVX-512 table packs all seven types (a silent "nothing packed" would
+  // skip every check above).
+  if (ops_for(Isa::avx512)) {
+    EXPECT_GE(packed_types, 7);
+  }
+}
+
+TEST(PackedGemm, FilesLayoutStillWorksWhenNotPacked) {
+  // Tables that pack must still accept the file layout (tests and callers that do not
+  // pack): the quantized tests in kernels_test.cpp cover the values; here only that a
+  // type the table packs gives the same answer unpacked within the int8 bound.
+  std::mt19937 rng(22);
+  const size_t rows = 20, k = 256, n_batch = 3;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K}) {
+      if (!o.packed_bytes(t, rows, k)) continue;
+      const auto& q = *ref::quant_traits(t);
+      const size_t row_bytes = k / q.block_size * q.block_bytes;
+      const auto file = random_blocks(t, rows, k, rng);
+      std::vector<float> w(rows * k), x(n_batch * k), y(n_batch * rows);
+      for (size_t r = 0; r < rows; ++r) ref::dequantize_row(t, &file[r * row_bytes], &w[r * k], k);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& v : x) v = dist(rng);
+      o.gemm({t, file.data(), row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows});
+      for (size_t b = 0; b < n_batch; ++b)
+        for (size_t r = 0; r < rows; ++r) {
+          const Expected e = expected(&w[r * k], &x[b * k], k, 32);
+          EXPECT_NEAR(y[b * rows + r], e.value, e.bound) << isa_name(isa) << " " << type_name(t);
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::kernels
