@@ -107,8 +107,33 @@ void pack_legacy_record(TensorType t, const Legacy* rows, size_t n, uint8_t* rec
       }
 }
 
+// Q4_0 and Q8_0 need no decoding: every lane takes 4 consecutive file bytes (Q4_0's
+// nibble pairs are already element j and j + 16), so records are plain copies.
+void pack_q4_0_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q4_0));
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q4_0>(src, row_bytes, row0 + r, blk);
+    put_fp16(rec, r, b->d);
+    for (size_t v = 0; v < 4; ++v) std::memcpy(rec + 32 + v * 64 + r * 4, b->qs + 4 * v, 4);
+  }
+}
+
+void pack_q8_0_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q8_0));
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q8_0>(src, row_bytes, row0 + r, blk);
+    put_fp16(rec, r, b->d);
+    for (size_t v = 0; v < 8; ++v) {
+      uint32_t word;
+      std::memcpy(&word, b->qs + 4 * v, 4);
+      word ^= 0x80808080u;  // q + 128 for every byte
+      std::memcpy(rec + 32 + v * 64 + r * 4, &word, 4);
+    }
+  }
+}
+
 void pack_q4_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
-  std::memset(rec, 0, record_bytes(TensorType::Q4_K));
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q4_K));
   uint8_t *d = rec, *dmin = rec + 32, *sc = rec + 64, *mpair = rec + 192;
   const Vectors qs{rec + 320};
   for (size_t r = 0; r < n; ++r) {
@@ -122,9 +147,7 @@ void pack_q4_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
       mpair[32 * (j / 2) + 2 * r + (j % 2)] = m;
     }
     // The file's 32 bytes of sub-blocks 2p/2p+1 already pair them by nibble.
-    for (size_t p = 0; p < 4; ++p)
-      for (size_t v = 0; v < 8; ++v)
-        for (size_t i = 0; i < 4; ++i) qs.at(8 * p + v, r, i) = b->qs[32 * p + 4 * v + i];
+    for (size_t v = 0; v < 32; ++v) std::memcpy(&qs.at(v, r, 0), b->qs + 4 * v, 4);
   }
 }
 
@@ -168,7 +191,11 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
     uint8_t* group = static_cast<uint8_t*>(dst) + g0 / G * gbytes;
     for (size_t blk = 0; blk < n_records; ++blk) {
       uint8_t* rec = group + blk * record_bytes(t);
-      if (t == TensorType::Q4_K) {
+      if (t == TensorType::Q4_0) {
+        pack_q4_0_record(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q8_0) {
+        pack_q8_0_record(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q4_K) {
         pack_q4_k_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q6_K) {
         pack_q6_k_record(src, src_row_bytes, g0, n, blk, rec);

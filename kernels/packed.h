@@ -73,6 +73,17 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
 // K-quant weights (as ggml's Q8_K): per 256 elements d = amax / 127 (float), q rounded
 // to nearest, plus sums of q over each 16 and each 32 elements for mins and offsets.
 //   int8 q[k] | float d[k/256] | int16 s16[k/16] | int16 s32[k/32]
+//
+// Error budget (what tests/packed_gemm_test.cpp enforces): weight blocks are exact
+// integers times their scales, and block sums are exact in int32, so the only error
+// beyond float rounding of the few per-block products is the activations' 8 bits. Each
+// x_i moves by at most half a step, step = amax / 127 of its block, plus for q8_32 the
+// fp16 rounding of that step (<= 127/2048 of it):
+//   |y - sum w_i x_i| <= sum |w_i| * amax(block of i) / 127 * (1/2 + 127/2048)   (q8_32)
+//   |y - sum w_i x_i| <= sum |w_i| * amax(block of i) / 127 * 1/2                (q8_256)
+// plus 1e-5 * sum |w_i x_i| for the float arithmetic. On smooth activations that is
+// ~0.3% of sum |w_i x_i| for 32-blocks; an outlier widens its block's steps (why ggml and
+// kiln keep blocks small).
 enum class ActFormat { none, q8_32, q8_256 };
 
 constexpr ActFormat act_format(TensorType w) {
