@@ -151,7 +151,7 @@ struct LegacyTile {
 }  // namespace
 
 size_t packed_bytes(TensorType t, size_t rows, size_t k) {
-  if (!record_bytes(t) || k % record_elements(t) != 0 || k > kMaxPreparedK) return 0;
+  if (!record_bytes(t) || k % record_elements(t) != 0 || act_row_bytes(act_format(t), k) > kPreparedStackBytes) return 0;
   return tensor_bytes(t, rows, k);
 }
 
@@ -189,11 +189,12 @@ void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
 
 void gemm_packed(const GemmArgs& a) {
   if (a.x_prepared) return run_packed(a, a.x_prepared, 0, a.n_batch);
-  // No prepared copy: quantize a few activation rows at a time onto the stack.
-  constexpr size_t kRows = 8;
-  alignas(64) uint8_t buf[kRows * packed::act_row_bytes(packed::ActFormat::q8_32, kMaxPreparedK)];
-  for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
-    const size_t b1 = b0 + kRows < a.n_batch ? b0 + kRows : a.n_batch;
+  // No prepared copy: quantize as many activation rows as fit onto the stack at a time.
+  alignas(64) uint8_t buf[kPreparedStackBytes];
+  const size_t stride = packed::act_row_bytes(packed::act_format(a.w_type), a.k);
+  const size_t rows = sizeof(buf) / stride;
+  for (size_t b0 = 0; b0 < a.n_batch; b0 += rows) {
+    const size_t b1 = b0 + rows < a.n_batch ? b0 + rows : a.n_batch;
     prepare(a.w_type, a.x + b0 * a.ldx, a.ldx, a.k, 0, b1 - b0, buf);
     run_packed(a, buf, b0, b1);
   }

@@ -7,8 +7,9 @@
 
 namespace kiln::kernels::avx512 {
 
-// Longest k the unprepared path quantizes on the stack (8 rows at a time).
-inline constexpr size_t kMaxPreparedK = 16384;
+// Stack space of the path that converts activations itself (no x_prepared): at least
+// one row, which bounds the k that packing accepts (~130k, beyond any model's width).
+inline constexpr size_t kPreparedStackBytes = 160 * 1024;
 
 size_t packed_bytes(TensorType t, size_t rows, size_t k);
 size_t prepared_bytes(TensorType w_type, size_t k, size_t n_batch);
