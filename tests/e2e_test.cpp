@@ -18,17 +18,6 @@ CommandResult kiln_run(const std::string& args, const std::string& input = "") {
   return run_command(kiln_cmd() + " " + args, input);
 }
 
-// The error is one line (the last on stderr, after any load info), naming what was wrong.
-void expect_one_line_error(const CommandResult& r, int code, const std::string& fragment) {
-  EXPECT_EQ(r.exit_code, code) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
-  const std::string err = trim(r.err);
-  const std::string last_line = err.substr(err.rfind('\n') == std::string::npos ? 0 : err.rfind('\n') + 1);
-  EXPECT_EQ(last_line.rfind("kiln: error: ", 0), 0u) << err;
-  EXPECT_EQ(err.find("error"), err.rfind("error")) << "more than one error line: " << err;
-  EXPECT_NE(last_line.find(fragment), std::string::npos) << err;
-}
-
 }  // namespace
 
 class Golden : public ::testing::TestWithParam<int> {};

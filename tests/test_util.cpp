@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +69,16 @@ CommandResult run_command(const std::string& command, const std::string& input) 
   r.out = read_file(base + ".out");
   r.err = read_file(base + ".err");
   return r;
+}
+
+void expect_one_line_error(const CommandResult& r, int code, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  const std::string err = trim(r.err);
+  const std::string last_line = err.substr(err.rfind('\n') == std::string::npos ? 0 : err.rfind('\n') + 1);
+  EXPECT_EQ(last_line.rfind("kiln: error: ", 0), 0u) << err;
+  EXPECT_EQ(err.find("error"), err.rfind("error")) << "more than one error line: " << err;
+  EXPECT_NE(last_line.find(fragment), std::string::npos) << err;
 }
 
 }  // namespace kiln::test

@@ -22,4 +22,8 @@ void write_file(const std::string& path, const std::string& bytes);
 std::string trim(const std::string& s);
 std::string shell_quote(const std::string& s);
 
+// Expects a failed kiln run: exit `code`, nothing on stdout, and one error line (the last
+// on stderr, after any load info) that contains `fragment`.
+void expect_one_line_error(const CommandResult& r, int code, const std::string& fragment);
+
 }  // namespace kiln::test

@@ -1,5 +1,8 @@
 // kiln bench MODEL: prompt processing (pp) and generation (tg) speed, like llama-bench,
 // with its field names in -o json|csv so scripts written for llama-bench read ours.
+// tg rows also get the weight bandwidth they imply (every weight byte is read once per
+// generated token) and, with --roofline, that as a share of this machine's measured
+// memory read bandwidth: how far decoding is from the memory-bound ceiling.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -8,10 +11,12 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/mem_bandwidth.h"
 #include "kernels/kernels.h"
 #include "kiln/error.h"
 #include "runtime/thread_pool.h"
@@ -29,6 +34,8 @@ struct BenchOptions {
   int32_t n_batch = 512;
   std::string output = "md";
   bool no_kv_cache = false;
+  bool roofline = false;
+  int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
 };
 
 struct TestResult {
@@ -58,6 +65,7 @@ struct TestResult {
     for (double x : v) s += (x - m) * (x - m);
     return std::sqrt(s / (v.size() - 1));
   }
+  bool is_tg() const { return n_prompt == 0 && n_gen > 0; }
   std::string name() const {
     std::string n = n_gen == 0 ? "pp" + std::to_string(n_prompt) : n_prompt == 0 ? "tg" + std::to_string(n_gen)
                                                                               : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
@@ -121,6 +129,22 @@ int bench(BenchOptions& o) {
   auto model = load_model(path);
   const ModelConfig& c = model->config();
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
+  const uint64_t model_bytes = model->weight_bytes();
+
+  // Measured before the tests, with each thread count the tests use.
+  std::map<int32_t, ReadBandwidth> roofline;
+  if (o.roofline) {
+    const size_t buf = o.roofline_mib > 0 ? size_t(o.roofline_mib) << 20 : roofline_buffer_bytes(model_bytes);
+    for (int32_t t : o.threads)
+      if (!roofline.count(t)) roofline[t] = measure_read_bandwidth(buf, t, 10);
+  }
+  // GB/s of weights streamed by a tg row; 0 for the others.
+  const auto bandwidth = [&](const TestResult& r) {
+    return r.is_tg() ? double(model_bytes) * TestResult::mean(r.samples_ts()) / 1e9 : 0.0;
+  };
+  const auto roofline_pct = [&](const TestResult& r) {
+    return 100.0 * bandwidth(r) / roofline.at(r.n_threads).gb_per_s;
+  };
 
   std::vector<TestResult> tests;
   for (int32_t t : o.threads) {
@@ -148,14 +172,30 @@ int bench(BenchOptions& o) {
   }
 
   const std::string isa = kernels::isa_name(kernels::ops().isa);
+  for (const auto& [t, bw] : roofline) {
+    const std::string line =
+        fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (best of {} passes over {:.2f} GiB)",
+                    bw.gb_per_s, t, t == 1 ? "" : "s", bw.passes, bw.bytes / 1073741824.0);
+    // Kept off stdout for csv/json so that stays machine-readable (the rows carry it).
+    if (o.output == "md") std::printf("%s\n\n", line.c_str());
+    else spdlog::info("{}", line);
+  }
   if (o.output == "md") {
-    std::printf("| model | size | params | backend | threads | test | t/s |\n");
-    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    std::printf("| model | size | params | backend | threads | test | t/s | weights GB/s |%s\n",
+                o.roofline ? " % of roofline |" : "");
+    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |%s\n", o.roofline ? " ---: |" : "");
     for (const TestResult& r : tests) {
       const auto ts = r.samples_ts();
-      std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d | %s | %.2f ± %.2f |\n", model_type.c_str(),
-                  model->weight_bytes() / 1048576.0, size_label(model->n_params()).c_str(), isa.c_str(), r.n_threads,
+      std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d | %s | %.2f ± %.2f |", model_type.c_str(),
+                  model_bytes / 1048576.0, size_label(model->n_params()).c_str(), isa.c_str(), r.n_threads,
                   r.name().c_str(), TestResult::mean(ts), TestResult::stddev(ts));
+      if (r.is_tg()) std::printf(" %.2f |", bandwidth(r));
+      else std::printf(" |");
+      if (o.roofline) {
+        if (r.is_tg()) std::printf(" %.1f%% |", roofline_pct(r));
+        else std::printf(" |");
+      }
+      std::printf("\n");
     }
     return 0;
   }
@@ -190,6 +230,10 @@ int bench(BenchOptions& o) {
     j["stddev_ts"] = TestResult::stddev(ts);
     j["samples_ns"] = ns;
     j["samples_ts"] = ts;
+    // Not llama-bench fields: null where they do not apply (pp rows, no --roofline).
+    j["weights_gbs"] = r.is_tg() ? nlohmann::json(bandwidth(r)) : nlohmann::json();
+    j["roofline_gbs"] = o.roofline ? nlohmann::json(roofline.at(r.n_threads).gb_per_s) : nlohmann::json();
+    j["roofline_pct"] = o.roofline && r.is_tg() ? nlohmann::json(roofline_pct(r)) : nlohmann::json();
     rows.push_back(j);
   }
   if (o.output == "json") {
@@ -199,7 +243,7 @@ int bench(BenchOptions& o) {
   const char* fields[] = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
                           "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k",
                           "type_v", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen", "test_time",
-                          "avg_ns", "stddev_ns", "avg_ts", "stddev_ts"};
+                          "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "weights_gbs", "roofline_gbs", "roofline_pct"};
   std::string header;
   for (const char* f : fields) header += (header.empty() ? "" : ",") + std::string(f);
   std::printf("%s\n", header.c_str());
@@ -207,7 +251,8 @@ int bench(BenchOptions& o) {
     std::string line;
     for (const char* f : fields) {
       const auto& v = j[f];
-      line += (line.empty() ? "" : ",") + (v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump());
+      const std::string cell = v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.is_null() ? "" : v.dump();
+      line += (line.empty() ? "" : ",") + cell;
     }
     std::printf("%s\n", line.c_str());
   }
@@ -228,6 +273,11 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step");
   cmd->add_option("-o,--output", o->output, "Output format: md, csv or json");
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
+  cmd->add_flag("--roofline", o->roofline,
+                "First measure this machine's memory read bandwidth (same threads) and give each tg row's share of it");
+  cmd->add_option("--roofline-mib", o->roofline_mib,
+                  "MiB read by --roofline (default: 1024 or twice the model, at most a quarter of free memory)")
+      ->check(CLI::PositiveNumber);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }

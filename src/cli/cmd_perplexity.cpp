@@ -1,12 +1,16 @@
 // kiln perplexity MODEL -f FILE [-c 128]: scored as llama.cpp's llama-perplexity does, so
 // the two engines' numbers compare directly: the text is cut into chunks of n_ctx tokens,
 // each chunk starts with BOS, and only the second half of each chunk is scored.
+// --kl-divergence-base FILE saves the reference's distributions at the scored positions;
+// adding --kl-divergence compares another model (a quantized copy) against them.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "cli/common.h"
+#include "cli/kl_divergence.h"
 #include "kiln/error.h"
 
 namespace kiln::cli {
@@ -17,6 +21,8 @@ struct PerplexityOptions {
   ModelOptions model;
   std::string file;
   int32_t n_chunks = -1;
+  std::string kld_base;
+  bool kl_divergence = false;
 };
 
 // -log softmax(logits)[target], in double like the reference.
@@ -26,6 +32,16 @@ double nll_of(const float* logits, size_t n_vocab, int32_t target) {
   double sum_exp = 0;
   for (size_t i = 0; i < n_vocab; ++i) sum_exp += std::exp(double(logits[i]) - max_logit);
   return -(double(logits[target]) - max_logit - std::log(sum_exp));
+}
+
+// The logits of every position of chunk i of `tokens` (BOS first when the vocabulary
+// asks for it), the cache cleared before.
+std::span<const float> run_chunk(Session& session, const Tokenizer& tok, const std::vector<int32_t>& tokens,
+                                 int32_t i, int32_t n_ctx) {
+  std::vector<int32_t> chunk(tokens.begin() + (ptrdiff_t)i * n_ctx, tokens.begin() + (ptrdiff_t)(i + 1) * n_ctx);
+  if (tok.vocab().add_bos && tok.bos() >= 0) chunk[0] = tok.bos();
+  session.reset();
+  return session.decode(chunk, /*all_logits=*/true);
 }
 
 int perplexity(PerplexityOptions& o) {
@@ -49,17 +65,22 @@ int perplexity(PerplexityOptions& o) {
   Session session(*model, session_params(o.model));
   const size_t n_vocab = model->config().n_vocab;
   const int32_t first = n_ctx / 2;  // the first half of each chunk only provides context
-  double nll = 0, nll2 = 0;
-  int64_t count = 0;
   spdlog::info("perplexity: {} tokens, {} chunks of {}, scoring the last {} of each", tokens.size(), n_chunk, n_ctx,
                n_ctx - 1 - first);
+  std::optional<kld::BaseWriter> base;
+  if (!o.kld_base.empty()) {
+    tokens.resize(size_t(n_chunk) * n_ctx);  // the file holds exactly the scored chunks
+    base.emplace(o.kld_base, kld::Header{(uint32_t)n_vocab, (uint32_t)n_ctx, (uint32_t)n_chunk, (uint32_t)first},
+                 tokens);
+  }
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
   for (int32_t i = 0; i < n_chunk; ++i) {
-    std::vector<int32_t> chunk(tokens.begin() + (ptrdiff_t)i * n_ctx, tokens.begin() + (ptrdiff_t)(i + 1) * n_ctx);
-    if (add_bos) chunk[0] = tok.bos();
-    session.reset();
-    const std::span<const float> logits = session.decode(chunk, /*all_logits=*/true);
+    const std::span<const float> logits = run_chunk(session, tok, tokens, i, n_ctx);
     for (int32_t j = first; j < n_ctx - 1; ++j) {
-      const double v = nll_of(&logits[size_t(j) * n_vocab], n_vocab, tokens[size_t(i) * n_ctx + j + 1]);
+      const int32_t target = tokens[size_t(i) * n_ctx + j + 1];
+      const double v = nll_of(&logits[size_t(j) * n_vocab], n_vocab, target);
+      if (base) base->add(&logits[size_t(j) * n_vocab], target);
       nll += v;
       nll2 += v * v;
       ++count;
@@ -68,11 +89,56 @@ int perplexity(PerplexityOptions& o) {
     std::fflush(stderr);
   }
   std::fprintf(stderr, "\n");
+  if (base) {
+    base->finish();
+    spdlog::info("perplexity: saved the distributions of {} scored tokens to {}", count, o.kld_base);
+  }
   const double mean = nll / count;
   const double ppl = std::exp(mean);
   double var = nll2 / count - mean * mean;
   const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
   std::printf("PPL = %.4f +/- %.5f\n", ppl, err);
+  return 0;
+}
+
+// The tokens and chunking come from the base file; -c, --chunks and -f, when given, must
+// agree with it, so that two runs can never silently score different things.
+int kl_divergence(PerplexityOptions& o) {
+  setup_logging(o.log);
+  kld::BaseReader base(o.kld_base);
+  const kld::Header& h = base.header();
+  const std::string& path = base.path();
+  if (o.model.n_ctx != 0 && uint32_t(o.model.n_ctx) != h.n_ctx)
+    throw Error(path + ": made with a context of " + std::to_string(h.n_ctx) + ", not -c " +
+                std::to_string(o.model.n_ctx) + " (leave -c out to use the file's)");
+  o.model.n_ctx = (int32_t)h.n_ctx;
+  auto model = load_model(resolve_model_path(o.model.model));
+  const Tokenizer& tok = model->tokenizer();
+  const size_t n_vocab = model->config().n_vocab;
+  if (n_vocab != h.n_vocab)
+    throw Error(path + ": made with a vocabulary of " + std::to_string(h.n_vocab) + " tokens, this model has " +
+                std::to_string(n_vocab));
+  if (!o.file.empty()) {
+    const bool add_bos = tok.vocab().add_bos && tok.bos() >= 0;
+    std::vector<int32_t> tokens = tok.encode(read_text_file(o.file), add_bos);
+    if (tokens.size() < base.tokens().size() || !std::equal(base.tokens().begin(), base.tokens().end(), tokens.begin()))
+      throw Error(path + ": made from another text than " + o.file + " (the tokens differ)");
+  }
+  const int32_t n_chunk = o.n_chunks > 0 ? std::min<int32_t>(o.n_chunks, (int32_t)h.n_chunk) : (int32_t)h.n_chunk;
+  const int32_t n_ctx = (int32_t)h.n_ctx, first = (int32_t)h.first;
+
+  Session session(*model, session_params(o.model));
+  spdlog::info("kl-divergence: {} chunks of {} against {}, scoring the last {} of each", n_chunk, n_ctx, path,
+               n_ctx - 1 - first);
+  spdlog::info("{}", kld::Stats::table_header());
+  kld::Stats stats;
+  for (int32_t i = 0; i < n_chunk; ++i) {
+    const std::span<const float> logits = run_chunk(session, tok, base.tokens(), i, n_ctx);
+    for (int32_t j = first; j < n_ctx - 1; ++j)
+      stats.add(base.next(), logits.subspan(size_t(j) * n_vocab, n_vocab), base.tokens()[size_t(i) * n_ctx + j + 1]);
+    spdlog::info("{}", stats.table_line(i + 1));
+  }
+  std::printf("%s", stats.summary().c_str());
   return 0;
 }
 
@@ -83,11 +149,20 @@ void register_perplexity(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text file, scored like llama-perplexity");
   cmd->add_option("model", o->model.model, "Model file (GGUF)");
   cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
-  cmd->add_option("-f,--file", o->file, "Text file to score")->required();
+  cmd->add_option("-f,--file", o->file, "Text file to score (with --kl-divergence: optional, checked against the base)");
   cmd->add_option("--chunks", o->n_chunks, "Score at most this many chunks");
+  cmd->add_option("--kl-divergence-base", o->kld_base,
+                  "Save the model's distributions to this file (or, with --kl-divergence, read them)");
+  cmd->add_flag("--kl-divergence", o->kl_divergence,
+                "Compare the model with the --kl-divergence-base file: KL divergence, top-token agreement");
   add_runtime_options(*cmd, o->model);
   add_log_options(*cmd, o->log);
-  cmd->callback([o, &action] { action = [o] { return perplexity(*o); }; });
+  cmd->callback([o, &action] {
+    if (o->kl_divergence && o->kld_base.empty())
+      throw CLI::ValidationError("--kl-divergence",
+                                 "needs --kl-divergence-base FILE (made by a run on the reference model)");
+    action = [o] { return o->kl_divergence ? kl_divergence(*o) : perplexity(*o); };
+  });
 }
 
 }  // namespace kiln::cli

@@ -92,7 +92,7 @@ void bump_and_wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers) {
 struct ThreadPool::Impl {
   int n_threads = 1;
   std::vector<std::thread> workers;
-  const std::function<void(int, int)>* task = nullptr;
+  const FunctionRef<void(int, int)>* task = nullptr;  // run()'s argument, alive until all finish
   bool stopping = false;
 
   alignas(64) std::atomic<uint32_t> generation{0};  // bumped by run() to start a task
@@ -127,7 +127,7 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::size() const { return impl_->n_threads; }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(FunctionRef<void(int, int)> fn) {
   Impl& p = *impl_;
   if (p.n_threads == 1) {
     fn(0, 1);
@@ -141,7 +141,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   wait_while_equal(p.done, done_before, p.done_sleepers);
 }
 
-void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn) {
+void ThreadPool::parallel_for(size_t n, size_t align, FunctionRef<void(size_t, size_t)> fn) {
   if (n == 0) return;
   align = std::max<size_t>(align, 1);
   const size_t n_threads = (size_t)size();
@@ -157,7 +157,7 @@ void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(s
   });
 }
 
-void ThreadPool::parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
+void ThreadPool::parallel_for_dynamic(size_t n, size_t chunk, FunctionRef<void(size_t, size_t)> fn) {
   if (n == 0) return;
   chunk = std::max<size_t>(chunk, 1);
   if (size() == 1 || chunk >= n) {

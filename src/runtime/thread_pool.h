@@ -3,10 +3,36 @@
 // Work is split statically so a given task always runs the same arithmetic whatever
 // the timing (the kernels guarantee per-row results independent of the split).
 #include <cstddef>
-#include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace kiln {
+
+// A non-owning reference to a callable (like C++26 std::function_ref): two pointers,
+// never a heap copy. std::function would allocate for every lambda capturing more than
+// two pointers, i.e. on every pool call of the per-token path. The callable must outlive
+// the call it is passed to, which holds for the temporaries passed to run/parallel_for.
+template <class Signature>
+class FunctionRef;
+
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& f) noexcept  // NOLINT(google-explicit-constructor): lambdas convert implicitly
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
 
 class ThreadPool {
  public:
@@ -19,16 +45,16 @@ class ThreadPool {
 
   // Runs fn(thread_index, n_threads) once on every thread (the caller is thread 0) and
   // returns when all have finished. fn must not throw.
-  void run(const std::function<void(int, int)>& fn);
+  void run(FunctionRef<void(int, int)> fn);
 
   // Splits [0, n) into size() contiguous chunks, chunk boundaries rounded to `align`,
   // and calls fn(begin, end) for each non-empty chunk.
-  void parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn);
+  void parallel_for(size_t n, size_t align, FunctionRef<void(size_t, size_t)> fn);
 
   // Splits [0, n) into chunks of `chunk` that threads take in turn as they finish, so a
   // core slowed by other work gets fewer. Only for work whose result does not depend on
   // which thread ran a chunk (gemm rows, by the kernel contract).
-  void parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn);
+  void parallel_for_dynamic(size_t n, size_t chunk, FunctionRef<void(size_t, size_t)> fn);
 
  private:
   struct Impl;

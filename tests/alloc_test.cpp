@@ -1,0 +1,290 @@
+// Heap allocations on the per-token path: once a Session (and a Sampler) are warmed up,
+// decoding and sampling one more token must not allocate. This executable replaces the
+// global operator new/delete and, on glibc without sanitizers, malloc itself, so memory
+// taken by any library (spdlog, the C++ runtime, the thread pool's callables) is counted.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <new>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kiln/model.h"
+#include "kiln/sampler.h"
+#include "kiln/session.h"
+#include "runtime/thread_pool.h"
+#include "test_util.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
+#define KILN_UNDER_SANITIZER 1
+#endif
+#endif
+// Sanitizers own malloc; then only operator new is counted.
+#if defined(__GLIBC__) && !defined(KILN_UNDER_SANITIZER)
+#define KILN_COUNT_MALLOC 1
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC sees the malloc-backed new inlined next to free and warns; the pair is consistent.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_count{0};
+constexpr int kKept = 8;
+std::atomic<size_t> g_sizes[kKept];  // the first sizes seen, for the failure message
+
+void note(size_t n) noexcept {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  const long i = g_count.fetch_add(1, std::memory_order_relaxed);
+  if (i < kKept) g_sizes[i].store(n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+#ifdef KILN_COUNT_MALLOC
+// glibc documents replacing malloc; these forward to its implementation.
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void __libc_free(void*);
+
+void* malloc(size_t n) noexcept {
+  note(n);
+  return __libc_malloc(n);
+}
+void* calloc(size_t n, size_t size) noexcept {
+  note(n * size);
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, size_t n) noexcept {
+  note(n);
+  return __libc_realloc(p, n);
+}
+void* aligned_alloc(size_t align, size_t n) noexcept {
+  note(n);
+  return __libc_memalign(align, n);
+}
+int posix_memalign(void** out, size_t align, size_t n) noexcept {
+  note(n);
+  void* p = __libc_memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void free(void* p) noexcept { __libc_free(p); }
+}
+#endif
+
+namespace {
+// With malloc replaced it counts for operator new too; otherwise count here.
+void* raw_alloc(size_t n) noexcept {
+#ifndef KILN_COUNT_MALLOC
+  note(n);
+#endif
+  return std::malloc(n ? n : 1);
+}
+void* raw_aligned(size_t n, std::align_val_t a) noexcept {
+#ifndef KILN_COUNT_MALLOC
+  note(n);
+#endif
+  const size_t align = std::max(size_t(a), sizeof(void*));
+  return std::aligned_alloc(align, (std::max<size_t>(n, 1) + align - 1) / align * align);
+}
+}  // namespace
+
+void* operator new(size_t n) {
+  if (void* p = raw_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return raw_alloc(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return raw_alloc(n); }
+void* operator new(size_t n, std::align_val_t a) {
+  if (void* p = raw_aligned(n, a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n, std::align_val_t a) { return operator new(n, a); }
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return raw_aligned(n, a); }
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return raw_aligned(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace kiln {
+namespace {
+
+// Counts allocations (on any thread) between construction and report().
+class AllocationWindow {
+ public:
+  AllocationWindow() {
+    g_count.store(0);
+    g_counting.store(true);
+  }
+  ~AllocationWindow() { g_counting.store(false); }
+  long stop() {
+    g_counting.store(false);
+    return g_count.load();
+  }
+  // The sizes of the first allocations, to tell which buffer grew.
+  static std::string sizes() {
+    std::string s;
+    for (long i = 0; i < std::min<long>(g_count.load(), kKept); ++i) s += std::to_string(g_sizes[i].load()) + " ";
+    return s;
+  }
+};
+
+// The counter itself must see allocations, or every expectation below passes vacuously.
+TEST(AllocationCounter, SeesNewAndMalloc) {
+  AllocationWindow w;
+  std::vector<int>* v = new std::vector<int>(100);
+  delete v;
+  EXPECT_EQ(w.stop(), 2);  // the vector object and its buffer
+#ifdef KILN_COUNT_MALLOC
+  AllocationWindow m;
+  void* p = std::malloc(64);
+  std::free(p);
+  EXPECT_EQ(m.stop(), 1);
+#endif
+}
+
+int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+std::unique_ptr<Model> stories() { return Model::load(test::shared_path("models/stories260K.gguf")); }
+
+// The F32 model, or a Q8_0 copy made by `kiln quantize` (quantized weights take the
+// packed-kernel path, with its 8-bit activation buffers).
+std::unique_ptr<Model> stories(const std::string& type) {
+  if (type == "F32") return stories();
+  const std::string path = test::temp_dir() + "/stories260K-" + type + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " quantize " +
+                                     test::shell_quote(test::shared_path("models/stories260K.gguf")) + " " +
+                                     test::shell_quote(path) + " " + type);
+    if (r.exit_code != 0) throw std::runtime_error("kiln quantize failed: " + r.err);
+  }
+  return Model::load(path);
+}
+
+class DecodeAllocations : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  std::unique_ptr<Model> model = stories(std::get<0>(GetParam()));
+  SessionParams params() const {
+    SessionParams sp;
+    sp.n_ctx = 256;
+    sp.n_threads = std::get<1>(GetParam());
+    return sp;
+  }
+};
+
+// Greedy decoding, one token per call, as `kiln run` does after the prompt.
+TEST_P(DecodeAllocations, SingleTokenDecodeAllocatesNothing) {
+  Session session(*model, params());
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  int32_t token = argmax(session.decode(prompt));
+  for (int i = 0; i < 8; ++i) token = argmax(session.decode(std::span(&token, 1)));  // warm-up
+
+  AllocationWindow w;
+  for (int i = 0; i < 100; ++i) token = argmax(session.decode(std::span(&token, 1)));
+  const long n = w.stop();
+  EXPECT_EQ(n, 0) << "allocations over 100 decoded tokens, first sizes: " << AllocationWindow::sizes();
+  EXPECT_EQ(session.n_past(), (int32_t)prompt.size() + 108);
+}
+
+// The same batch again after truncating: at 2 threads the matmuls go through the pool.
+TEST_P(DecodeAllocations, RepeatedBatchAllocatesNothing) {
+  Session session(*model, params());
+  std::vector<int32_t> batch(64);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i] = int32_t(1 + (i * 37) % 500);
+  session.decode(batch);
+  session.reset();
+  session.decode(batch);
+
+  AllocationWindow w;
+  for (int i = 0; i < 5; ++i) {
+    session.reset();
+    session.decode(batch);
+  }
+  const long n = w.stop();
+  EXPECT_EQ(n, 0) << "allocations over 5 batches of 64 tokens, first sizes: " << AllocationWindow::sizes();
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelsAndThreads, DecodeAllocations,
+                         ::testing::Combine(::testing::Values("F32", "Q8_0"), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "threads";
+                         });
+
+// The whole token loop of generation: sample with every stage of the chain and the
+// penalties on, record, decode.
+TEST(TokenLoopAllocations, SampleAcceptDecodeAllocatesNothing) {
+  auto model = stories();
+  SessionParams sp;
+  sp.n_ctx = 256;
+  sp.n_threads = 2;
+  Session session(*model, sp);
+  SamplerParams p;
+  p.seed = 7;
+  p.repeat_penalty = 1.1f;
+  p.presence_penalty = 0.2f;
+  p.frequency_penalty = 0.1f;
+  p.penalty_last_n = 16;
+  Sampler sampler(p, (int32_t)model->config().n_vocab);
+  const int32_t bos = 1;
+  std::span<const float> logits = session.decode(std::span(&bos, 1));
+  sampler.accept(bos);
+  const auto step = [&] {
+    const int32_t t = sampler.sample(logits);
+    sampler.accept(t);
+    logits = session.decode(std::span(&t, 1));
+  };
+  for (int i = 0; i < 24; ++i) step();  // fills the penalty window, grows the scratch
+
+  AllocationWindow w;
+  for (int i = 0; i < 100; ++i) step();
+  const long n = w.stop();
+  EXPECT_EQ(n, 0) << "allocations over 100 generated tokens, first sizes: " << AllocationWindow::sizes();
+}
+
+// The pool hands callables to its workers without copying them: captures far larger
+// than any small-buffer optimization must not reach the heap.
+TEST(ThreadPoolAllocations, RunAndParallelForAllocateNothing) {
+  ThreadPool pool(2);
+  std::atomic<size_t> total{0};
+  size_t a = 1, b = 2, c = 3, d = 4;  // five references captured: 40 bytes
+  const auto body = [&](size_t lo, size_t hi) { total += (hi - lo) * (a + b + c + d); };
+  pool.run([&](int t, int n) { total += size_t(t + n) + a + b + c + d; });  // warm-up
+
+  AllocationWindow w;
+  for (int i = 0; i < 50; ++i) {
+    pool.run([&](int t, int n) { total += size_t(t + n) + a + b + c + d; });
+    pool.parallel_for(1000, 16, body);
+    pool.parallel_for_dynamic(1000, 48, body);
+  }
+  const long n = w.stop();
+  EXPECT_EQ(n, 0) << "allocations over 150 pool calls, first sizes: " << AllocationWindow::sizes();
+  EXPECT_GT(total.load(), 0u);
+}
+
+}  // namespace
+}  // namespace kiln

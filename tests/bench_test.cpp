@@ -1,0 +1,159 @@
+// kiln bench's bandwidth figures (weights GB/s, --roofline) and the bench/compare script
+// that puts kiln next to llama.cpp (run here against a stand-in llama-bench).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "test_util.h"
+
+using namespace kiln::test;
+
+namespace {
+
+std::string model() { return shared_path("models/stories260K.gguf"); }
+CommandResult kiln_run(const std::string& args) { return run_command(shell_quote(kiln_binary()) + " " + args); }
+
+nlohmann::json bench_json(const std::string& args) {
+  auto r = kiln_run("bench " + shell_quote(model()) + " " + args + " -o json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::istringstream in(row);
+  std::string cell;
+  std::getline(in, cell, '|');  // before the first bar
+  while (std::getline(in, cell, '|')) out.push_back(trim(cell));
+  return out;
+}
+
+}  // namespace
+
+// A tg row streams every weight once per token: GB/s = model bytes x tokens/s / 1e9.
+// Prompt rows have no such figure; nor is there a roofline unless asked for.
+TEST(BenchBandwidth, WeightsGbsIsModelBytesTimesTokensPerSecond) {
+  const auto rows = bench_json("-p 16 -n 16 -r 2 -t 1");
+  ASSERT_EQ(rows.size(), 2u);
+  int tg = 0;
+  for (const auto& row : rows) {
+    EXPECT_TRUE(row["roofline_gbs"].is_null());
+    EXPECT_TRUE(row["roofline_pct"].is_null());
+    if (row["n_gen"] == 0) {
+      EXPECT_TRUE(row["weights_gbs"].is_null()) << row.dump();
+      continue;
+    }
+    ++tg;
+    const double want = row["model_size"].get<double>() * row["avg_ts"].get<double>() / 1e9;
+    EXPECT_GT(want, 0.0);
+    EXPECT_NEAR(row["weights_gbs"].get<double>(), want, want * 1e-12) << row.dump();
+  }
+  EXPECT_EQ(tg, 1);
+
+  auto csv = kiln_run("bench " + shell_quote(model()) + " -p 16 -n 16 -r 1 -t 1 -o csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const auto lines = lines_of(trim(csv.out));
+  ASSERT_EQ(lines.size(), 3u) << csv.out;
+  EXPECT_NE(lines[0].find(",avg_ts,stddev_ts,weights_gbs,roofline_gbs,roofline_pct"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find(",,,"), std::string::npos) << "pp row: empty bandwidth cells: " << lines[1];
+}
+
+// --roofline measures the read bandwidth per thread count once, prints it as a line, and
+// gives each tg row its share: 100 x weights GB/s / roofline GB/s.
+TEST(BenchBandwidth, RooflineLineIsPlausibleAndRowsUseIt) {
+  // 256 MiB instead of the default 1 GiB keeps the test fast; still far beyond any cache.
+  auto md = kiln_run("bench " + shell_quote(model()) + " -p 16 -n 32 -r 2 -t 1 --roofline --roofline-mib 256");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(md.out, m, std::regex(R"(memory read bandwidth \(roofline\): ([0-9.]+) GB/s with 1 thread \(best of 10 passes over 0.25 GiB\))")))
+      << md.out;
+  const double roofline = std::stod(m[1]);
+  // Anything from a slow laptop (a few GB/s) to a many-channel server.
+  EXPECT_GT(roofline, 0.5) << md.out;
+  EXPECT_LT(roofline, 5000.0) << md.out;
+  bool saw_tg = false;
+  for (const auto& line : lines_of(md.out)) {
+    if (line.find("| tg32 |") == std::string::npos) continue;
+    saw_tg = true;
+    const auto c = cells(line);
+    ASSERT_EQ(c.size(), 9u) << line;  // model size params backend threads test t/s GB/s %
+    const double ts = std::stod(c[6]), gbs = std::stod(c[7]), pct = std::stod(c[8]);
+    EXPECT_NEAR(gbs, 1171200.0 * ts / 1e9, 0.006 + gbs * 1e-3) << line;  // the file's tensor bytes
+    EXPECT_NEAR(pct, 100 * gbs / roofline, 0.06 + pct * 1e-3) << line;
+  }
+  EXPECT_TRUE(saw_tg) << md.out;
+
+  const auto rows = bench_json("-p 0 -n 16 -r 1 -t 1 --roofline --roofline-mib 256");
+  ASSERT_EQ(rows.size(), 1u);
+  const double r = rows[0]["roofline_gbs"].get<double>(), w = rows[0]["weights_gbs"].get<double>();
+  EXPECT_GT(r, 0.5);
+  EXPECT_NEAR(rows[0]["roofline_pct"].get<double>(), 100 * w / r, 1e-9 * w / r);
+}
+
+// bench/compare on two models with a stand-in llama-bench that logs its arguments and
+// prints fixed speeds, and a kiln wrapper that logs before running the real binary.
+TEST(BenchCompare, AlternatesEnginesAndPrintsRatios) {
+  if (run_command("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 not installed";
+  const std::string dir = temp_dir() + "/compare";
+  std::filesystem::create_directories(dir + "/build/bin");
+  const std::string log = dir + "/log";
+  write_file(dir + "/build/bin/llama-bench",
+             "#!/bin/sh\necho \"llama $*\" >>" + shell_quote(log) +
+                 "\necho '[{\"n_prompt\": 16, \"n_gen\": 0, \"n_threads\": 1, \"avg_ts\": 1000.0},"
+                 " {\"n_prompt\": 0, \"n_gen\": 8, \"n_threads\": 1, \"avg_ts\": 100.0}]'\n");
+  write_file(dir + "/kiln", "#!/bin/sh\necho \"kiln $*\" >>" + shell_quote(log) + "\nexec " +
+                                shell_quote(kiln_binary()) + " \"$@\"\n");
+  ASSERT_EQ(run_command("chmod +x " + shell_quote(dir + "/build/bin/llama-bench") + " " + shell_quote(dir + "/kiln"))
+                .exit_code, 0);
+  const std::string copy = dir + "/copy.gguf";
+  std::filesystem::copy_file(model(), copy, std::filesystem::copy_options::overwrite_existing);
+  const std::string script = shell_quote(std::string(KILN_SOURCE_DIR) + "/bench/compare");
+  const std::string models = shell_quote(model()) + " " + shell_quote(copy);
+  const std::string opts = " -p 16 -n 8 -t 1 -r 1 --rounds 2";
+
+  auto r = run_command("LLAMA_CPP=" + shell_quote(dir + "/build") + " KILN=" + shell_quote(dir + "/kiln") + " " +
+                       script + " " + models + opts);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Round 1 runs kiln first, round 2 llama.cpp first; same -p/-n/-t/-r for both.
+  const std::string k = "kiln bench ", l = "llama -m ", same = " -p 16 -n 8 -t 1 -r 1 -o json";
+  const std::vector<std::string> want = {
+      k + model() + same + " --quiet", l + model() + same, k + copy + same + " --quiet", l + copy + same,
+      l + model() + same, k + model() + same + " --quiet", l + copy + same, k + copy + same + " --quiet"};
+  EXPECT_EQ(lines_of(read_file(log)), want);
+
+  int rows = 0;
+  for (const auto& line : lines_of(r.out)) {
+    const auto c = cells(line);
+    if (c.size() != 6 || (c[1] != "pp16" && c[1] != "tg8")) continue;
+    ++rows;
+    EXPECT_TRUE(c[0] == "stories260K.gguf" || c[0] == "copy.gguf") << line;
+    EXPECT_EQ(c[2], "1") << line;
+    const double llama = c[1] == "pp16" ? 1000.0 : 100.0;
+    EXPECT_EQ(c[4].substr(0, c[4].find(' ')), c[1] == "pp16" ? "1000.00" : "100.00") << line;
+    const double kiln = std::stod(c[3]);
+    EXPECT_GT(kiln, 0.0) << line;
+    EXPECT_NEAR(std::stod(c[5]), kiln / llama, 0.0051 + 1e-3 * kiln / llama) << line;
+  }
+  EXPECT_EQ(rows, 4) << r.out;
+  EXPECT_NE(r.out.find(dir + "/build/bin/llama-bench -m " + model() + same), std::string::npos) << r.out;
+
+  auto unset = run_command("env -u LLAMA_CPP " + script + " " + models);
+  EXPECT_EQ(unset.exit_code, 1);
+  EXPECT_NE(unset.err.find("set LLAMA_CPP"), std::string::npos) << unset.err;
+  auto wrong = run_command("LLAMA_CPP=" + shell_quote(dir + "/nowhere") + " " + script + " " + models);
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("LLAMA_CPP=" + dir + "/nowhere: no executable llama-bench"), std::string::npos) << wrong.err;
+}
