@@ -1,7 +1,7 @@
 #pragma once
 // ggml's quantized block formats, byte for byte as GGUF files store them, and a scalar
-// reference (kernels/scalar/quant_legacy.cpp, quant_k.cpp) that every faster path will be
-// tested against.
+// reference (kernels/scalar/quant_legacy.cpp, quant_k.cpp, quant_k_quantize.cpp) that every
+// faster path will be tested against.
 //
 // The reference reproduces ggml bit for bit: dequantize_row gives the floats of ggml's
 // dequantize_row_* (same operations in the same order, fp16 scales widened exactly), and
@@ -164,7 +164,10 @@ const QuantTraits* quant_traits_end();
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // n floats -> n / block_size blocks of `type` at dst, exactly as ggml's *_ref quantizers.
-// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K. Throws kiln::Error otherwise.
+// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K. Throws
+// kiln::Error otherwise. The K-quants search for their scales (up to 20 candidate grids
+// per sub-block), so they are far slower than the legacy formats: about 10 million values
+// per second per thread for Q2_K/Q4_K/Q6_K, 20-40 million for Q5_K/Q3_K.
 void quantize_row(TensorType type, const float* src, void* dst, size_t n);
 
 // The per-type functions behind the two above (n elements, a multiple of the block size).
@@ -185,6 +188,11 @@ void quantize_row_q4_1(const float* x, block_q4_1* y, size_t n);
 void quantize_row_q5_0(const float* x, block_q5_0* y, size_t n);
 void quantize_row_q5_1(const float* x, block_q5_1* y, size_t n);
 void quantize_row_q8_0(const float* x, block_q8_0* y, size_t n);
+void quantize_row_q2_K(const float* x, block_q2_K* y, size_t n);
+void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n);
+void quantize_row_q4_K(const float* x, block_q4_K* y, size_t n);
+void quantize_row_q5_K(const float* x, block_q5_K* y, size_t n);
+void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n);
 void quantize_row_q8_K(const float* x, block_q8_K* y, size_t n);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array.

@@ -210,11 +210,11 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::Q5_0, "Q5_0", 32, sizeof(block_q5_0), true, true},
     {TensorType::Q5_1, "Q5_1", 32, sizeof(block_q5_1), true, true},
     {TensorType::Q8_0, "Q8_0", 32, sizeof(block_q8_0), true, true},
-    {TensorType::Q2_K, "Q2_K", 256, sizeof(block_q2_K), false, true},
-    {TensorType::Q3_K, "Q3_K", 256, sizeof(block_q3_K), false, true},
-    {TensorType::Q4_K, "Q4_K", 256, sizeof(block_q4_K), false, true},
-    {TensorType::Q5_K, "Q5_K", 256, sizeof(block_q5_K), false, true},
-    {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), false, true},
+    {TensorType::Q2_K, "Q2_K", 256, sizeof(block_q2_K), true, true},
+    {TensorType::Q3_K, "Q3_K", 256, sizeof(block_q3_K), true, true},
+    {TensorType::Q4_K, "Q4_K", 256, sizeof(block_q4_K), true, true},
+    {TensorType::Q5_K, "Q5_K", 256, sizeof(block_q5_K), true, true},
+    {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), true, true},
     {TensorType::Q8_K, "Q8_K", 256, sizeof(block_q8_K), true, true},
 };
 
@@ -266,6 +266,11 @@ void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::Q5_0: return quantize_row_q5_0(src, static_cast<block_q5_0*>(dst), n);
     case TensorType::Q5_1: return quantize_row_q5_1(src, static_cast<block_q5_1*>(dst), n);
     case TensorType::Q8_0: return quantize_row_q8_0(src, static_cast<block_q8_0*>(dst), n);
+    case TensorType::Q2_K: return quantize_row_q2_K(src, static_cast<block_q2_K*>(dst), n);
+    case TensorType::Q3_K: return quantize_row_q3_K(src, static_cast<block_q3_K*>(dst), n);
+    case TensorType::Q4_K: return quantize_row_q4_K(src, static_cast<block_q4_K*>(dst), n);
+    case TensorType::Q5_K: return quantize_row_q5_K(src, static_cast<block_q5_K*>(dst), n);
+    case TensorType::Q6_K: return quantize_row_q6_K(src, static_cast<block_q6_K*>(dst), n);
     case TensorType::Q8_K: return quantize_row_q8_K(src, static_cast<block_q8_K*>(dst), n);
     default: break;
   }

@@ -1,16 +1,18 @@
-// kiln quantize IN.gguf OUT.gguf TYPE: rewrites a float model with quantized weights.
-// Matrices whose rows are not whole blocks of TYPE keep their type (as llama.cpp falls
-// back for them); norms and other 1-D tensors stay F32.
+// kiln quantize IN.gguf OUT.gguf PRESET: rewrites a float model with quantized weights.
+// The K presets choose a type per tensor exactly as llama-quantize does (src/quantize/mix.h);
+// the legacy presets quantize every matrix whose rows are whole blocks and keep the rest.
+// Progress: a bar on stderr when it is a terminal, otherwise one line per tensor; nothing
+// but errors with --quiet.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <string>
 
 #include "cli/common.h"
-#include "kernels/kernels.h"
-#include "kernels/quant.h"
 #include "kiln/error.h"
-#include "kiln/gguf.h"
+#include "quantize/quantize_model.h"
 
 namespace kiln::cli {
 namespace {
@@ -18,69 +20,70 @@ namespace {
 struct QuantizeOptions {
   LogOptions log;
   std::string input, output, type;
+  unsigned n_threads = 0;
 };
 
-// llama.cpp's general.file_type values, so other tools name the file's type correctly.
-uint32_t file_type_of(TensorType t) {
-  switch (t) {
-    case TensorType::Q4_0: return 2;
-    case TensorType::Q4_1: return 3;
-    case TensorType::Q8_0: return 7;
-    case TensorType::Q5_0: return 8;
-    case TensorType::Q5_1: return 9;
-    default: return 0;
-  }
+std::string shape(const std::vector<uint64_t>& dims) {
+  std::string s;
+  for (uint64_t d : dims) s += (s.empty() ? "" : " x ") + std::to_string(d);
+  return s;
 }
 
-std::vector<float> to_f32(const gguf::TensorInfo& t) {
-  std::vector<float> out(t.n_elements);
-  const auto* h = reinterpret_cast<const uint16_t*>(t.data);
-  switch (t.type) {
-    case TensorType::F32: std::memcpy(out.data(), t.data, t.n_bytes); break;
-    case TensorType::F16: kernels::ops().fp16_to_f32(h, out.data(), out.size()); break;
-    case TensorType::BF16: kernels::ops().bf16_to_f32(h, out.data(), out.size()); break;
-    default: throw Error("tensor '" + t.name + "' is " + type_name(t.type) + "; quantize from an F32, F16 or BF16 model");
-  }
-  return out;
+// One line, redrawn in place: [#######.............]  37%  18/48 blk.1.ffn_down.weight -> Q6_K
+void draw_bar(const quantize::TensorStep& s, bool finished) {
+  const uint64_t done = s.input_bytes_before + (finished ? s.bytes_in : 0);
+  const double fraction = s.input_bytes_total ? double(done) / double(s.input_bytes_total) : 1.0;
+  constexpr int kWidth = 30;
+  const int filled = int(fraction * kWidth + 0.5);
+  std::string bar(size_t(filled), '#');
+  bar.append(size_t(kWidth - filled), '.');
+  std::fprintf(stderr, "\r\x1b[K[%s] %3d%% %zu/%zu %s -> %s", bar.c_str(), int(fraction * 100 + 0.5),
+               s.index + (finished ? 1 : 0), s.count, s.name.c_str(), type_name(s.to).c_str());
+  std::fflush(stderr);
+}
+
+std::string type_counts(const quantize::Summary& sum) {
+  std::string s;
+  for (const auto& [type, n] : sum.output_types) s += (s.empty() ? "" : ", ") + type_name(type) + " x" + std::to_string(n);
+  return s;
 }
 
 int quantize(QuantizeOptions& o) {
   setup_logging(o.log);
-  const auto target = type_from_name(o.type);
-  const kernels::ref::QuantTraits* q = target ? kernels::ref::quant_traits(*target) : nullptr;
-  if (!q || !q->can_quantize || *target == TensorType::Q8_K)
-    throw UsageError("cannot quantize to '" + o.type + "' (supported: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)");
-  auto in = gguf::File::open(o.input);
+  const quantize::Preset* preset = quantize::find_preset(o.type);
+  if (!preset) throw UsageError("cannot quantize to '" + o.type + "' (supported: " + quantize::preset_names() + ")");
 
-  gguf::Writer w;
-  for (const auto& [key, value] : in->metadata())
-    if (key != "general.alignment") w.set(key, value);
-  w.set("general.file_type", gguf::Value::of_u32(file_type_of(*target)));
-
-  const size_t n = in->tensors().size();
-  size_t i = 0, quantized = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;
-  for (const gguf::TensorInfo& t : in->tensors()) {
-    ++i;
-    bytes_in += t.n_bytes;
-    const bool matrix = t.dims.size() == 2;
-    if (!matrix || t.dims[0] % q->block_size != 0) {
-      if (matrix) spdlog::info("[{}/{}] {}: rows of {} are not whole {} blocks, kept as {}", i, n, t.name, t.dims[0], q->name, type_name(t.type));
-      w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-      bytes_out += t.n_bytes;
-      continue;
-    }
-    const std::vector<float> values = to_f32(t);
-    std::vector<uint8_t> blocks(t.n_elements / q->block_size * q->block_bytes);
-    kernels::ref::quantize_row(*target, values.data(), blocks.data(), values.size());
-    spdlog::info("[{}/{}] {}: {} -> {}", i, n, t.name, type_name(t.type), q->name);
-    bytes_out += blocks.size();
-    w.add_tensor(t.name, *target, t.dims, std::move(blocks));
-    ++quantized;
+  const bool log_lines = spdlog::should_log(spdlog::level::info);
+  const bool bar = log_lines && !o.log.verbose && isatty(fileno(stderr));
+  quantize::Progress progress;
+  if (bar) {
+    progress.tensor_started = [](const quantize::TensorStep& s) { draw_bar(s, false); };
+    progress.tensor_finished = [](const quantize::TensorStep& s) { draw_bar(s, true); };
+  } else if (log_lines) {
+    progress.tensor_finished = [](const quantize::TensorStep& s) {
+      const std::string what = s.from == s.to ? type_name(s.from) + " (kept)" : type_name(s.from) + " -> " + type_name(s.to);
+      spdlog::info("[{}/{}] {} ({}): {}{}", s.index + 1, s.count, s.name, shape(s.dims), what,
+                   s.fell_back ? " (" + s.note + ")" : "");
+    };
   }
-  w.write(o.output);
-  spdlog::info("kiln: wrote {}: {} of {} tensors quantized to {}, {:.2f} MiB -> {:.2f} MiB", o.output, quantized, n,
-               q->name, bytes_in / 1048576.0, bytes_out / 1048576.0);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  quantize::Summary sum;
+  try {
+    sum = quantize::quantize_model(o.input, o.output, *preset, o.n_threads, progress);
+  } catch (...) {
+    if (bar) std::fputc('\n', stderr);  // leave the bar's line before the error message
+    throw;
+  }
+  if (bar) std::fputc('\n', stderr);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("kiln: wrote {}: {} of {} tensors quantized to {} ({}), {:.2f} MiB -> {:.2f} MiB in {:.1f} s", o.output,
+               sum.n_quantized, sum.n_tensors, preset->name, type_counts(sum), sum.bytes_in / 1048576.0,
+               sum.bytes_out / 1048576.0, seconds);
+  if (sum.n_fell_back)
+    spdlog::info("kiln: {} matrices have rows that are not whole blocks of their {} type and got a smaller-block type "
+                 "(or kept theirs)",
+                 sum.n_fell_back, preset->llama_mix ? "mix" : "preset");
   return 0;
 }
 
@@ -91,7 +94,10 @@ void register_quantize(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("quantize", "Write a copy of a float model with quantized weights");
   cmd->add_option("input", o->input, "F32/F16/BF16 model (GGUF)")->required();
   cmd->add_option("output", o->output, "Output file")->required();
-  cmd->add_option("type", o->type, "Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1")->required();
+  cmd->add_option("type", o->type, "Preset, as llama-quantize names them: " + quantize::preset_names() +
+                                       " (case-insensitive; Q3_K, Q4_K, Q5_K mean the _M mixes)")
+      ->required();
+  cmd->add_option("-t,--threads", o->n_threads, "Threads (0: all hardware threads)")->check(CLI::NonNegativeNumber);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return quantize(*o); }; });
 }

@@ -1,0 +1,271 @@
+// llama-quantize's per-tensor type rules (llama.cpp src/llama-quant.cpp:
+// tensor_allows_quantization, llama_tensor_get_type_impl, tensor_type_fallback), kept to
+// the llama architecture without an importance matrix, expert tensors or user overrides.
+#include "quantize/mix.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "kiln/error.h"
+
+namespace kiln::quantize {
+namespace {
+
+constexpr Preset kPresets[] = {
+    {"Q8_0", FileType::Q8_0, TensorType::Q8_0, false},
+    {"Q4_0", FileType::Q4_0, TensorType::Q4_0, false},
+    {"Q4_1", FileType::Q4_1, TensorType::Q4_1, false},
+    {"Q5_0", FileType::Q5_0, TensorType::Q5_0, false},
+    {"Q5_1", FileType::Q5_1, TensorType::Q5_1, false},
+    {"Q2_K", FileType::Q2_K, TensorType::Q2_K, true},
+    {"Q3_K_S", FileType::Q3_K_S, TensorType::Q3_K, true},
+    {"Q3_K_M", FileType::Q3_K_M, TensorType::Q3_K, true},
+    {"Q3_K_L", FileType::Q3_K_L, TensorType::Q3_K, true},
+    {"Q4_K_S", FileType::Q4_K_S, TensorType::Q4_K, true},
+    {"Q4_K_M", FileType::Q4_K_M, TensorType::Q4_K, true},
+    {"Q5_K_S", FileType::Q5_K_S, TensorType::Q5_K, true},
+    {"Q5_K_M", FileType::Q5_K_M, TensorType::Q5_K, true},
+    {"Q6_K", FileType::Q6_K, TensorType::Q6_K, true},
+};
+
+// llama-quantize accepts the bare K type names for its medium mixes.
+constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+    {"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+uint64_t block_size(TensorType t) { return type_info(t).block_size; }
+
+TypeChoice plain(TensorType t) { return {t, false, {}}; }
+
+// Broad roles llama.cpp gives tensors by name (tensor_get_category), tested in this order:
+// "attn_v.weight" must win over "attn_k.weight" and so on only by being checked first.
+enum class Role { output, token_embd, attn_qkv, attn_kv_b, attn_v, attn_k, attn_q, attn_output, ffn_up, ffn_gate, ffn_down, other };
+
+Role role_of(const std::string& name) {
+  if (name == "output.weight") return Role::output;
+  if (name == "token_embd.weight" || name == "per_layer_token_embd.weight") return Role::token_embd;
+  if (contains(name, "attn_qkv.weight")) return Role::attn_qkv;
+  if (contains(name, "attn_kv_b.weight")) return Role::attn_kv_b;
+  if (contains(name, "attn_v.weight")) return Role::attn_v;
+  if (contains(name, "attn_k.weight")) return Role::attn_k;
+  if (contains(name, "attn_q.weight")) return Role::attn_q;
+  if (contains(name, "attn_output.weight")) return Role::attn_output;
+  if (contains(name, "ffn_up")) return Role::ffn_up;
+  if (contains(name, "ffn_gate")) return Role::ffn_gate;
+  if (contains(name, "ffn_down")) return Role::ffn_down;
+  return Role::other;
+}
+
+// The value projections (and fused QKV) are the most sensitive to quantization; the mixes
+// treat them as one group with its own counter.
+bool is_value_like(Role r) { return r == Role::attn_v || r == Role::attn_qkv || r == Role::attn_kv_b; }
+
+// ggml_n_dims: trailing dimensions of 1 do not count, so a [n, 1] tensor is 1-D.
+size_t effective_dims(const std::vector<uint64_t>& dims) {
+  size_t n = dims.size();
+  while (n > 1 && dims[n - 1] == 1) --n;
+  return n;
+}
+
+// llama.cpp's tensor_allows_quantization: only 2-D and 3-D weights, never norms, and a list
+// of small or position-like tensors other architectures have (kept so a file that has
+// them is treated the same way).
+bool llama_quantizes(const TensorDesc& t) {
+  if (effective_dims(t.dims) < 2) return false;
+  const std::string& n = t.name;
+  if (!ends_with(n, "weight") || contains(n, "_norm.weight")) return false;
+  if (n == "position_embd.weight" || n == "token_types.weight") return false;
+  static constexpr std::string_view kNever[] = {
+      "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj", "ssm_conv1d",
+      "shortconv.conv.weight", "time_mix_first.weight", "time_mix_w0.weight",
+      "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight", "time_mix_v1.weight",
+      "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight",
+      "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight",
+      "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight", "attn_rel_b.weight",
+      ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos", ".patch_embd",
+      ".patch_merger"};
+  for (std::string_view part : kNever)
+    if (contains(n, part)) return false;
+  return true;
+}
+
+// Layers at the start and end of the stack, and every third one between, get more bits in
+// the _M mixes (llama.cpp's use_more_bits).
+bool use_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// The state llama-quantize carries from tensor to tensor: how many value projections and
+// ffn_down matrices it has typed so far. Their position, not the layer in the name, picks
+// the type, so the tensors must be visited in llama.cpp's order (see visit_order).
+struct MixState {
+  FileType ft;
+  TensorType base;
+  int n_layers;
+  int n_value_like;  // value-projection tensors in the whole model
+  int gqa;           // n_heads / n_kv_heads
+  bool is_70b;       // llama.cpp's LLM_TYPE_70B: 80 layers with grouped-query attention
+  bool tied;         // no output.weight: token_embd doubles as the output projection
+  int value_seen = 0;
+  int ffn_down_seen = 0;
+};
+
+// llama_tensor_get_type_impl for the K presets: the type before the row-length fallback.
+TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
+  using T = TensorType;
+  const FileType ft = s.ft;
+  if (role == Role::output || (s.tied && role == Role::token_embd)) {
+    // The output projection decides every token: Q6_K, or Q8_0 when rows are not whole
+    // blocks of the base type (the block test uses the base type, not Q6_K's).
+    if (t.dims[0] % block_size(s.base) != 0) return T::Q8_0;
+    return s.base == T::Q8_0 ? T::Q8_0 : T::Q6_K;
+  }
+  if (role == Role::token_embd) return s.base;
+  if (is_value_like(role)) {
+    const int i = s.value_seen++;
+    T type = s.base;
+    if (ft == FileType::Q2_K) type = s.gqa >= 4 ? T::Q4_K : T::Q3_K;
+    else if (ft == FileType::Q3_K_M) type = i < 2 ? T::Q5_K : T::Q4_K;
+    else if (ft == FileType::Q3_K_L) type = T::Q5_K;
+    else if ((ft == FileType::Q4_K_M || ft == FileType::Q5_K_M) && use_more_bits(i, s.n_value_like)) type = T::Q6_K;
+    else if (ft == FileType::Q4_K_S && i < 4) type = T::Q5_K;
+    // In 70B models 8 heads share each value matrix, so it is 8x smaller than attn_q and
+    // more bits cost little.
+    if (s.is_70b && (type == T::Q3_K || type == T::Q4_K)) type = T::Q5_K;
+    return type;
+  }
+  if (role == Role::ffn_down) {
+    const int i = s.ffn_down_seen++, n = s.n_layers;
+    if (ft == FileType::Q2_K) return T::Q3_K;
+    if (ft == FileType::Q3_K_M) return i < n / 16 ? T::Q5_K : T::Q4_K;
+    if (ft == FileType::Q3_K_L) return T::Q5_K;
+    if (ft == FileType::Q4_K_M) return use_more_bits(i, n) ? T::Q6_K : s.base;
+    if (ft == FileType::Q5_K_M && use_more_bits(i, n)) return T::Q6_K;
+    if (ft == FileType::Q4_K_S && i < n / 8) return T::Q5_K;
+    return s.base;
+  }
+  if (role == Role::attn_output) {
+    if (ft == FileType::Q2_K) return T::Q3_K;
+    if (ft == FileType::Q3_K_M) return T::Q4_K;
+    if (ft == FileType::Q3_K_L) return T::Q5_K;
+  }
+  return s.base;
+}
+
+// tensor_type_fallback: a type whose blocks do not tile the rows becomes the legacy type
+// of about the same size, and F16 if even 32-value blocks do not fit.
+TypeChoice fit_row_length(TensorType type, const TensorDesc& t) {
+  const uint64_t row = t.dims[0];
+  if (row % block_size(type) == 0) return plain(type);
+  TensorType fallback;
+  switch (type) {
+    case TensorType::Q2_K:
+    case TensorType::Q3_K: fallback = TensorType::Q4_0; break;
+    case TensorType::Q4_K: fallback = TensorType::Q5_0; break;
+    case TensorType::Q5_K: fallback = TensorType::Q5_1; break;
+    case TensorType::Q6_K: fallback = TensorType::Q8_0; break;
+    default:
+      throw Error("tensor '" + t.name + "': rows of " + std::to_string(row) + " are not whole " + type_name(type) +
+                  " blocks, and llama-quantize defines no fallback for " + type_name(type));
+  }
+  if (row % block_size(fallback) != 0) fallback = TensorType::F16;
+  return {fallback, true, "rows of " + std::to_string(row) + " are not whole " + type_name(type) + " blocks"};
+}
+
+// llama-quantize visits tensors sorted by layer number (non-layer tensors first), then by
+// name: that order numbers the value projections and ffn_down matrices.
+std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
+  auto layer_of = [](const std::string& name) {
+    int layer = -1;
+    std::sscanf(name.c_str(), "blk.%d.", &layer);
+    return layer;
+  };
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int la = layer_of(tensors[a].name), lb = layer_of(tensors[b].name);
+    if (la != lb) return la < lb;
+    return tensors[a].name < tensors[b].name;
+  });
+  return order;
+}
+
+// kiln's own rule for the legacy presets: every 2-D tensor whose rows are whole blocks.
+std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDesc>& tensors) {
+  std::vector<TypeChoice> out;
+  for (const TensorDesc& t : tensors) {
+    if (t.dims.size() != 2) {
+      out.push_back(plain(t.type));
+    } else if (t.dims[0] % block_size(p.base_type) != 0) {
+      out.push_back({t.type, true,
+                     "rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(p.base_type) + " blocks"});
+    } else {
+      out.push_back(plain(p.base_type));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const Preset* find_preset(std::string_view name) {
+  std::string want = upper(name);
+  for (const auto& [alias, target] : kAliases)
+    if (want == alias) want = target;
+  for (const Preset& p : kPresets)
+    if (p.name == want) return &p;
+  return nullptr;
+}
+
+std::string preset_names() {
+  std::string out;
+  for (const Preset& p : kPresets) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
+                                     const std::vector<TensorDesc>& tensors) {
+  if (!preset.llama_mix) return legacy_types(preset, tensors);
+  if (model.arch != "llama")
+    throw Error("the " + std::string(preset.name) + " mix follows llama-quantize's rules for the llama architecture; "
+                "this model is '" + model.arch + "'");
+  if (model.n_experts > 1)
+    throw Error("the " + std::string(preset.name) + " mix does not handle mixture-of-experts models (" +
+                std::to_string(model.n_experts) + " experts)");
+
+  MixState s{preset.file_type, preset.base_type, int(model.n_layers), 0,
+             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0,
+             model.n_layers == 80 && model.n_heads != model.n_kv_heads, true};
+  for (const TensorDesc& t : tensors) {
+    const Role r = role_of(t.name);
+    if (is_value_like(r)) ++s.n_value_like;
+    if (r == Role::output) s.tied = false;
+  }
+
+  std::vector<TypeChoice> out(tensors.size(), plain(TensorType::F32));
+  for (size_t i : visit_order(tensors)) {
+    const TensorDesc& t = tensors[i];
+    if (!llama_quantizes(t)) {
+      out[i] = plain(t.type);
+      continue;
+    }
+    out[i] = fit_row_length(mix_type(s, role_of(t.name), t), t);
+  }
+  return out;
+}
+
+}  // namespace kiln::quantize

@@ -1,0 +1,83 @@
+#pragma once
+// Which type each tensor of a model gets under a `kiln quantize` preset.
+//
+// The K presets (Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K) are llama-quantize's "mixes":
+// most matrices get the preset's base type, but output.weight (or token_embd when the
+// embeddings are tied), attn_v and ffn_down get more bits by layer position, and matrices
+// whose rows are not whole 256-value super-blocks fall back to a legacy 32-value type.
+// choose_types() reproduces the rules of llama.cpp's src/llama-quant.cpp for the llama
+// architecture with no importance matrix, so kiln and llama-quantize write the same types
+// (and, the quantizers being bit-exact, the same bytes).
+//
+// The legacy presets (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) keep kiln's own simpler rule: every
+// 2-D tensor gets the base type when its rows are whole blocks and keeps its type
+// otherwise. llama-quantize differs there in two ways: it gives output.weight Q6_K (or
+// Q8_0) and it refuses models whose rows are not whole 32-value blocks.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/tensor_type.h"
+
+namespace kiln::quantize {
+
+// llama.cpp's LLAMA_FTYPE_* values, written to general.file_type.
+enum class FileType : uint32_t {
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 7,
+  Q5_0 = 8,
+  Q5_1 = 9,
+  Q2_K = 10,
+  Q3_K_S = 11,
+  Q3_K_M = 12,
+  Q3_K_L = 13,
+  Q4_K_S = 14,
+  Q4_K_M = 15,
+  Q5_K_S = 16,
+  Q5_K_M = 17,
+  Q6_K = 18,
+};
+
+struct Preset {
+  std::string_view name;  // as llama-quantize spells it
+  FileType file_type;
+  TensorType base_type;   // what most matrices get
+  bool llama_mix;         // llama-quantize's per-tensor rules (the K presets)
+};
+
+// The preset of that name, case-insensitive; Q3_K, Q4_K and Q5_K are aliases of the _M
+// mixes as in llama-quantize. nullptr if unknown.
+const Preset* find_preset(std::string_view name);
+// "Q8_0, Q4_0, ..., Q6_K" for messages and --help.
+std::string preset_names();
+
+// What the rules need to know about the model (from its GGUF metadata).
+struct ModelFacts {
+  std::string arch;         // general.architecture
+  uint32_t n_layers = 0;    // <arch>.block_count
+  uint32_t n_heads = 0;     // <arch>.attention.head_count
+  uint32_t n_kv_heads = 0;  // <arch>.attention.head_count_kv (n_heads if absent)
+  uint32_t n_experts = 0;   // <arch>.expert_count (0 if absent)
+};
+
+struct TensorDesc {
+  std::string name;
+  std::vector<uint64_t> dims;  // dims[0] is the row length, as in GGUF
+  TensorType type;
+};
+
+struct TypeChoice {
+  TensorType type;     // the type to write (== the input type: copied unchanged)
+  bool fell_back = false;  // the rule's type did not fit the row length
+  std::string note;    // why, for fallbacks: "rows of 64 are not whole Q4_K blocks"
+};
+
+// One choice per tensor, in the order given. Throws kiln::Error (naming the tensor) where
+// llama-quantize would refuse: a K preset on an architecture other than llama or on a
+// mixture-of-experts model.
+std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
+                                     const std::vector<TensorDesc>& tensors);
+
+}  // namespace kiln::quantize
