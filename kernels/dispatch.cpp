@@ -20,8 +20,9 @@ uint64_t xgetbv0() {
 }
 
 struct CpuFeatures {
-  bool avx2 = false;    // AVX2 + FMA + F16C, YMM state enabled by the OS
-  bool avx512 = false;  // F/BW/VL/DQ/VNNI, ZMM + opmask state enabled by the OS
+  bool avx2 = false;     // AVX2 + FMA + F16C, YMM state enabled by the OS
+  bool avxvnni = false;  // + AVX-VNNI (CPUID 7.1 EAX bit 4; VEX-encoded, YMM state only)
+  bool avx512 = false;   // F/BW/VL/DQ/VNNI, ZMM + opmask state enabled by the OS
 };
 
 // cpuid + xgetbv rather than trusting the CPU alone: a kernel or hypervisor may leave
@@ -38,9 +39,14 @@ CpuFeatures detect() {
   const bool zmm_state = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM hi256, hi16 ZMM
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
+  const uint32_t max_subleaf = a;
   const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
              avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
   f.avx2 = ymm_state && avx2 && fma && f16c;
+  if (max_subleaf >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avxvnni = f.avx2 && (a & (1u << 4));
+  }
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
   return f;
 }
@@ -55,12 +61,12 @@ const Ops& choose() {
   const char* forced = std::getenv("KILN_ISA");
   if (forced && *forced) {
     const std::string want = forced;
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avxvnni, Isa::avx512}) {
       if (want != isa_name(isa)) continue;
       if (const Ops* table = ops_for(isa)) return *table;
       throw Error("KILN_ISA=" + want + ": this CPU (or this build) does not support " + want);
     }
-    throw Error("KILN_ISA=" + want + ": unknown ISA (expected scalar, avx2 or avx512)");
+    throw Error("KILN_ISA=" + want + ": unknown ISA (expected scalar, avx2, avxvnni or avx512)");
   }
   const std::vector<Isa> isas = available_isas();
   return *ops_for(isas.back());
@@ -72,6 +78,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
+    case Isa::avxvnni: return "avxvnni";
     case Isa::avx512: return "avx512";
   }
   return "unknown";
@@ -82,6 +89,11 @@ const Ops* ops_for(Isa isa) {
     case Isa::scalar: return &scalar_ops();
 #ifdef KILN_HAVE_X86
     case Isa::avx2: return features().avx2 ? &avx2_ops() : nullptr;
+#ifdef KILN_HAVE_AVXVNNI
+    case Isa::avxvnni: return features().avxvnni ? &avxvnni_ops() : nullptr;
+#else
+    case Isa::avxvnni: return nullptr;  // the compiler could not build it
+#endif
     case Isa::avx512: return features().avx512 ? &avx512_ops() : nullptr;
 #else
     default: return nullptr;
@@ -92,7 +104,7 @@ const Ops* ops_for(Isa isa) {
 
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas{Isa::scalar};
-  for (Isa isa : {Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::avx2, Isa::avxvnni, Isa::avx512})
     if (ops_for(isa)) isas.push_back(isa);
   return isas;
 }

@@ -17,7 +17,9 @@
 
 namespace kiln::kernels {
 
-enum class Isa { scalar, avx2, avx512 };
+// In order of preference. avxvnni is AVX2 plus AVX-VNNI (the VEX vpdpbusd on 256-bit
+// registers: Alder Lake and later, Zen 5) for the packed integer kernels.
+enum class Isa { scalar, avx2, avxvnni, avx512 };
 const char* isa_name(Isa isa);
 
 // Y[b * ldy + r] = sum_{i<k} W_r[i] * X[b * ldx + i]   for b < n_batch, r0 <= r < r1.
@@ -87,7 +89,7 @@ struct Ops {
 void pack_weights(TensorType type, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0,
                   size_t r1, void* dst);
 
-// The table for this CPU, chosen once (KILN_ISA=scalar|avx2|avx512 forces one; asking
+// The table for this CPU, chosen once (KILN_ISA=scalar|avx2|avxvnni|avx512 forces one; asking
 // for an ISA the CPU lacks throws kiln::Error).
 const Ops& ops();
 // The table for one ISA, or nullptr if not compiled in or the CPU lacks it.

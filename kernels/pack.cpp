@@ -2,6 +2,7 @@
 // blocks of 16 rows: quantized values are decoded to small unsigned integers per row,
 // then written lane by lane. Load-time code: clarity over speed.
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/packed.h"
 #include "kernels/quant.h"
@@ -19,6 +20,19 @@ struct Vectors {
 };
 
 void put_fp16(uint8_t* dst, size_t r, uint16_t h) { std::memcpy(dst + 2 * r, &h, 2); }
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Bit `bit` of p[0..3] as a nibble (p[i]'s bit at bit i): one row's 4 bits of a packed
+// mask word.
+uint64_t bit_nibble(const uint8_t* p, int bit) {
+  const uint32_t y = (load_u32(p) >> bit) & 0x01010101u;
+  return (y | y >> 7 | y >> 14 | y >> 21) & 15;
+}
 
 template <class Block>
 const Block* block_at(const void* src, size_t row_bytes, size_t row, size_t blk) {
@@ -132,12 +146,16 @@ void pack_q8_0_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
   }
 }
 
-void pack_q4_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
-  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q4_K));
+// Q5_K is Q4_K plus its fifth bits as masks after each pair's nibble vectors.
+template <class Block>
+void pack_k4_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  constexpr bool q5 = std::is_same_v<Block, block_q5_K>;
+  if (n < G) std::memset(rec, 0, record_bytes(q5 ? TensorType::Q5_K : TensorType::Q4_K));
   uint8_t *d = rec, *dmin = rec + 32, *sc = rec + 64, *mpair = rec + 192;
   const Vectors qs{rec + 320};
+  [[maybe_unused]] uint64_t qh[q5 ? 64 : 1] = {};
   for (size_t r = 0; r < n; ++r) {
-    const auto* b = block_at<block_q4_K>(src, row_bytes, row0 + r, blk);
+    const auto* b = block_at<Block>(src, row_bytes, row0 + r, blk);
     put_fp16(d, r, b->d);
     put_fp16(dmin, r, b->dmin);
     for (int j = 0; j < 8; ++j) {
@@ -147,8 +165,13 @@ void pack_q4_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
       mpair[32 * (j / 2) + 2 * r + (j % 2)] = m;
     }
     // The file's 32 bytes of sub-blocks 2p/2p+1 already pair them by nibble.
-    for (size_t v = 0; v < 32; ++v) std::memcpy(&qs.at(v, r, 0), b->qs + 4 * v, 4);
+    for (size_t v = 0; v < 32; ++v) std::memcpy(&qs.at(v % 8 + v / 8 * (q5 ? 10 : 8), r, 0), b->qs + 4 * v, 4);
+    if constexpr (q5)  // element 32sb + 4v + i has its fifth bit at bit sb of qh[4v + i]
+      for (int sb = 0; sb < 8; ++sb)
+        for (size_t v = 0; v < 8; ++v) qh[8 * sb + v] |= bit_nibble(b->qh + 4 * v, sb) << (4 * r);
   }
+  if constexpr (q5)  // each pair's 16 words follow its 8 nibble vectors
+    for (size_t p = 0; p < 4; ++p) std::memcpy(rec + 320 + 640 * p + 512, qh + 16 * p, 128);
 }
 
 void pack_q6_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
@@ -178,6 +201,52 @@ void pack_q6_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
   }
 }
 
+// Q2_K and Q3_K keep the low 2 bits of element e = 128h + 32c + l in bits 2c..2c+1 of
+// qs[32h + l]; packed, crumb vector s (sub-block s) byte (r, i) gathers elements 16s +
+// 4j + i, j = 0..3, at bits 2j: the same 2-bit field of file bytes l0 + 4j (l0 = 16(s %
+// 2) + i), so 32-bit words of file bytes give all four i at once. Chunk P's two crumb
+// vectors start at chunks + P * stride.
+void put_crumbs(uint8_t* chunks, size_t stride, size_t r, const uint8_t* file_qs) {
+  for (size_t s = 0; s < 16; ++s) {
+    const uint8_t* q = file_qs + 32 * (s / 8) + 16 * (s % 2);
+    const int shift = int(2 * (s / 2 % 4));
+    uint32_t out = 0;
+    for (int j = 0; j < 4; ++j) out |= ((load_u32(q + 4 * j) >> shift) & 0x03030303u) << (2 * j);
+    std::memcpy(chunks + stride * (s / 2) + 64 * (s % 2) + 4 * r, &out, 4);
+  }
+}
+
+void pack_q3_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q3_K));
+  int8_t* scpair = reinterpret_cast<int8_t*>(rec + 32);
+  uint64_t hmask[64] = {};
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q3_K>(src, row_bytes, row0 + r, blk);
+    put_fp16(rec, r, b->d);
+    for (size_t j = 0; j < 16; ++j) {
+      const int low4 = j < 8 ? b->scales[j] & 15 : b->scales[j - 8] >> 4;
+      const int high2 = (b->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      scpair[32 * (j / 2) + 2 * r + (j % 2)] = int8_t((low4 | high2 << 4) - 32);
+    }
+    put_crumbs(rec + 288, 192, r, b->qs);
+    // element 32P + 4u + i has its high bit at bit P of hmask[4u + i]
+    for (int P = 0; P < 8; ++P)
+      for (size_t u = 0; u < 8; ++u) hmask[8 * P + u] |= bit_nibble(b->hmask + 4 * u, P) << (4 * r);
+  }
+  for (size_t P = 0; P < 8; ++P) std::memcpy(rec + 288 + 192 * P + 128, hmask + 8 * P, 64);
+}
+
+void pack_q2_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q2_K));
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_q2_K>(src, row_bytes, row0 + r, blk);
+    put_fp16(rec, r, b->d);
+    put_fp16(rec + 32, r, b->dmin);
+    for (size_t j = 0; j < 16; ++j) rec[64 + 32 * (j / 2) + 2 * r + (j % 2)] = b->scales[j];
+    put_crumbs(rec + 320, 128, r, b->qs);
+  }
+}
+
 }  // namespace
 
 void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1,
@@ -196,7 +265,13 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
       } else if (t == TensorType::Q8_0) {
         pack_q8_0_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q4_K) {
-        pack_q4_k_record(src, src_row_bytes, g0, n, blk, rec);
+        pack_k4_record<block_q4_K>(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q5_K) {
+        pack_k4_record<block_q5_K>(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q3_K) {
+        pack_q3_k_record(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::Q2_K) {
+        pack_q2_k_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q6_K) {
         pack_q6_k_record(src, src_row_bytes, g0, n, blk, rec);
       } else {

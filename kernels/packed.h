@@ -31,6 +31,23 @@
 //         2P, else 2P+1) has low 4 bits from ql vector u % 4 (u < 4 low nibble, else
 //         high) and bits 4..5 from bits 2(u % 4)..+1 of qh vector u / 4; q in 0..63 is
 //         the file's q + 32                                                 = 3360 bytes
+//   Q5_K: as Q4_K, each pair's 8 vectors followed by its fifth bits: 16 x uint64, word
+//         8h+v bit 4r+i is bit 4 (the 16) of row r's byte i of sub-block 2p+h's
+//         unpacked vector v (a mask for one masked add)   320 + 4 x 640 = 2880 bytes
+// Sub-blocks of 16 (Q2_K, Q3_K): "crumb vector" s holds sub-block s, the 2-bit values
+// of its elements 4j..4j+3 in bits 2j..2j+1 of lane r's bytes 0..3 (unpacked vector j
+// of s is (crumb >> 2j) & 3).
+//   Q3_K: d[16] | scpair[8][16][2] i8 (file scale - 32 of sub-blocks 2P, 2P+1) | 8
+//         chunks: crumb vectors 2P, 2P+1 (the file's low 2 bits), then 8 x uint64,
+//         word u bit 4r+i: the file's hmask bit of row r's element 32P + 4u + i; q in
+//         0..7 is the file's q + 4                        288 + 8 x 192 = 1824 bytes
+//   Q2_K: d[16] | dmin[16] | scm[8][16][2] u8 (the file's scales byte, sc | m << 4, of
+//         sub-blocks 2P, 2P+1) | 16 crumb vectors                          = 1344 bytes
+// Each record is read front to back: extra bits sit next to the values they complete
+// (Q3_K decode from DRAM: 7 GB/s with its high bits at the record's end, 12-18 so).
+// Bytes per row and 256 elements against the file's: Q4_K 148/144, Q5_K 180/176 (the
+// 6-bit scales and mins widened to bytes), Q3_K 114/110 (scales widened), Q6_K 210/210,
+// Q2_K 84/84. Widened scales cost no unpacking in the kernels; decode reads ~3% more.
 #include <cstddef>
 #include <cstdint>
 
@@ -50,11 +67,18 @@ constexpr size_t record_bytes(TensorType t) {
     case TensorType::Q5_1: return 384;
     case TensorType::Q4_K: return 2368;
     case TensorType::Q6_K: return 3360;
+    case TensorType::Q5_K: return 2880;
+    case TensorType::Q3_K: return 1824;
+    case TensorType::Q2_K: return 1344;
     default: return 0;
   }
 }
 constexpr size_t record_elements(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q6_K ? 256 : 32;
+  switch (t) {
+    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
+    case TensorType::Q6_K: return 256;
+    default: return 32;
+  }
 }
 constexpr size_t group_bytes(TensorType t, size_t k) { return k / record_elements(t) * record_bytes(t); }
 constexpr size_t tensor_bytes(TensorType t, size_t rows, size_t k) {
@@ -90,7 +114,8 @@ constexpr ActFormat act_format(TensorType w) {
   switch (w) {
     case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
     case TensorType::Q5_1: return ActFormat::q8_32;
-    case TensorType::Q4_K: case TensorType::Q6_K: return ActFormat::q8_256;
+    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
+    case TensorType::Q6_K: return ActFormat::q8_256;
     default: return ActFormat::none;
   }
 }

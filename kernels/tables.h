@@ -10,5 +10,8 @@ const Ops& scalar_ops();
 const Ops& avx2_ops();
 const Ops& avx512_ops();
 #endif
+#ifdef KILN_HAVE_AVXVNNI
+const Ops& avxvnni_ops();
+#endif
 
 }  // namespace kiln::kernels

@@ -2,6 +2,9 @@
 // math). Sizes are chosen to hit every vector-width remainder and tile edge.
 #include <gtest/gtest.h>
 #include <immintrin.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -60,6 +63,8 @@ TEST(Dispatch, TablesAreConsistent) {
     ASSERT_NE(ops_for(isa), nullptr) << isa_name(isa);
     EXPECT_EQ(ops_for(isa)->isa, isa);
   }
+  EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::avxvnni), "avxvnni");
   EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
   // ops() is the best available unless KILN_ISA forces one.
   const char* forced = std::getenv("KILN_ISA");
@@ -77,7 +82,38 @@ TEST(Dispatch, TablesAreConsistent) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     EXPECT_NE(ops_for(Isa::avx2), nullptr);
   }
+#ifdef KILN_HAVE_AVXVNNI
+  // AVX-VNNI: CPUID leaf 7, subleaf 1, EAX bit 4 (read here without dispatch.cpp's code).
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+  if (ops_for(Isa::avx2) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) {
+    EXPECT_NE(ops_for(Isa::avxvnni), nullptr);
+  }
 #endif
+#endif
+  // AVX-VNNI extends AVX2: its table is never offered without the avx2 one.
+  if (ops_for(Isa::avxvnni)) {
+    EXPECT_NE(ops_for(Isa::avx2), nullptr);
+  }
+}
+
+// Disabled: runs only in the child processes started by the test below, under KILN_ISA.
+TEST(Dispatch, DISABLED_ChildForcedIsa) {
+  const char* forced = std::getenv("KILN_ISA");
+  ASSERT_NE(forced, nullptr);
+  EXPECT_STREQ(isa_name(ops().isa), forced);
+  EXPECT_EQ(&ops(), ops_for(ops().isa));
+}
+
+TEST(Dispatch, EveryAvailableIsaCanBeForced) {
+  // KILN_ISA=avx2 must give plain AVX2 even where AVX-VNNI or AVX-512 exist: that is how
+  // the plain kernels get run (and tested end to end) on such machines.
+  const std::string self = test::read_file("/proc/self/cmdline").c_str();
+  for (Isa isa : available_isas()) {
+    const auto r = test::run_command(std::string("KILN_ISA=") + isa_name(isa) + " " + test::shell_quote(self) +
+                                     " --gtest_also_run_disabled_tests --gtest_filter=Dispatch.DISABLED_ChildForcedIsa");
+    EXPECT_EQ(r.exit_code, 0) << isa_name(isa) << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("1 test"), std::string::npos) << r.out;
+  }
 }
 
 // Disabled: runs only in the child process started by the test below, with KILN_ISA=bogus.

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -92,9 +95,10 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
   const Case cases[] = {{TensorType::Q8_0, {32, 96, 352}}, {TensorType::Q4_0, {32, 96, 352}},
                         {TensorType::Q4_1, {32, 160}},     {TensorType::Q5_0, {32, 160}},
                         {TensorType::Q5_1, {32, 160}},     {TensorType::Q4_K, {256, 768}},
-                        {TensorType::Q6_K, {256, 768}}};
+                        {TensorType::Q6_K, {256, 768}},    {TensorType::Q5_K, {256, 768}},
+                        {TensorType::Q3_K, {256, 768}},    {TensorType::Q2_K, {256, 768}}};
   std::mt19937 rng(21);
-  int packed_types = 0;
+  std::map<Isa, int> packed_types;  // per table: a sum would let one table hide another
   for (Isa isa : available_isas()) {
     const Ops& o = *ops_for(isa);
     for (const Case& c : cases) {
@@ -104,12 +108,15 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
           if (!packed_size) continue;
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(c.type) + " k=" + std::to_string(k) +
                        " rows=" + std::to_string(rows));
-          packed_types += rows == 1 && k == c.ks[0];
+          packed_types[isa] += rows == 1 && k == c.ks[0];
           const auto& q = *ref::quant_traits(c.type);
           const size_t row_bytes = k / q.block_size * q.block_bytes;
           const std::vector<uint8_t> file = random_blocks(c.type, rows, k, rng);
           std::vector<float> w(rows * k);
           for (size_t r = 0; r < rows; ++r) ref::dequantize_row(c.type, &file[r * row_bytes], &w[r * k], k);
+          // Valid blocks: scales landed where the format keeps them (a stray random fp16
+          // would show as inf, NaN or a huge weight).
+          for (float v : w) ASSERT_TRUE(std::isfinite(v) && std::fabs(v) < 8.0f) << v;
           std::vector<uint8_t> packed(packed_size + 64);
           void* p = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
           // Packed in two slices, as a loader splitting the work across threads would.
@@ -166,10 +173,31 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
       }
     }
   }
-  // This machine's AVX-512 table packs all seven types (a silent "nothing packed" would
+  // This machine's AVX-512 table packs all ten types (a silent "nothing packed" would
   // skip every check above).
   if (ops_for(Isa::avx512)) {
-    EXPECT_GE(packed_types, 7);
+    EXPECT_GE(packed_types[Isa::avx512], 10);
+  }
+  // The AVX2 tables (plain, and AVX-VNNI where the CPU has it) pack the first seven.
+  for (Isa isa : {Isa::avx2, Isa::avxvnni})
+    if (ops_for(isa)) {
+      EXPECT_GE(packed_types[isa], 7) << isa_name(isa);
+    }
+}
+
+TEST(PackedGemm, LayoutsStayCloseToTheFileSize) {
+  // Decode streams every weight byte once per token: a packed layout may widen the
+  // K-quants' 6-bit scales to bytes (4 bytes per row and 256 elements) but no more.
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (const ref::QuantTraits* q = ref::quant_traits_begin(); q != ref::quant_traits_end(); ++q) {
+      const size_t rows = 32, k = 768;
+      const size_t packed = o.packed_bytes(q->type, rows, k);
+      if (!packed) continue;
+      const size_t file_row = k / q->block_size * q->block_bytes;
+      EXPECT_LE(packed, rows * (file_row + 4 * k / 256)) << isa_name(isa) << " " << q->name;
+      EXPECT_GE(packed, rows * file_row) << isa_name(isa) << " " << q->name;
+    }
   }
 }
 
@@ -181,7 +209,8 @@ TEST(PackedGemm, FilesLayoutStillWorksWhenNotPacked) {
   const size_t rows = 20, k = 256, n_batch = 3;
   for (Isa isa : available_isas()) {
     const Ops& o = *ops_for(isa);
-    for (TensorType t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K}) {
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q3_K,
+                         TensorType::Q2_K}) {
       if (!o.packed_bytes(t, rows, k)) continue;
       const auto& q = *ref::quant_traits(t);
       const size_t row_bytes = k / q.block_size * q.block_bytes;
@@ -195,6 +224,67 @@ TEST(PackedGemm, FilesLayoutStillWorksWhenNotPacked) {
         for (size_t r = 0; r < rows; ++r) {
           const Expected e = expected(&w[r * k], &x[b * k], k, 32);
           EXPECT_NEAR(y[b * rows + r], e.value, e.bound) << isa_name(isa) << " " << type_name(t);
+        }
+    }
+  }
+}
+
+// Offsets of a block's fp16 scale fields (random_blocks sets them); the rest of a block
+// is quantized values and integer scales.
+std::vector<size_t> fp16_fields(TensorType t) {
+  switch (t) {
+    case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q5_0: return {0};
+    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
+    case TensorType::Q6_K: return {offsetof(block_q6_K, d)};
+    case TensorType::Q3_K: return {offsetof(block_q3_K, d)};
+    case TensorType::Q2_K: return {offsetof(block_q2_K, d), offsetof(block_q2_K, dmin)};
+    default: return {};
+  }
+}
+
+TEST(PackedGemm, ExtremeValuesDoNotSaturate) {
+  // The largest integer sums each type can produce: every quantized byte at one extreme
+  // and activations at +-127 (all x equal), so every product has the same sign. A dot
+  // built from saturating 16-bit steps (AVX2's vpmaddubsw sums) would clip here and miss
+  // by far more than the bound; random data never comes near these sums. 0xff makes
+  // every unsigned field its top value (q = 15, 31 or 63 once stored unsigned, 6-bit
+  // scales 63); Q8_0 gets both ends, 127 and -128 (ggml never writes -128, a file may).
+  const std::pair<TensorType, uint8_t> fills[] = {
+      {TensorType::Q8_0, 0x7f}, {TensorType::Q8_0, 0x80}, {TensorType::Q4_0, 0xff}, {TensorType::Q4_1, 0xff},
+      {TensorType::Q5_0, 0xff}, {TensorType::Q5_1, 0xff}, {TensorType::Q4_K, 0xff}, {TensorType::Q6_K, 0xff},
+      {TensorType::Q5_K, 0xff}, {TensorType::Q3_K, 0xff}, {TensorType::Q2_K, 0xff},
+      {TensorType::Q3_K, 0x00}};  // Q3_K's largest magnitude: scale -32 times q - 4 = -4
+  std::mt19937 rng(23);
+  const size_t rows = 16, k = 512, n_batch = 5;  // 5 rows: a 4-row tile and a single row
+  std::vector<float> x(n_batch * k);
+  for (size_t b = 0; b < n_batch; ++b)
+    for (size_t i = 0; i < k; ++i) x[b * k + i] = b % 2 ? -1.0f : 1.0f;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (const auto& [type, fill] : fills) {
+      const size_t packed_size = o.packed_bytes(type, rows, k);
+      if (!packed_size) continue;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(type) + " fill=" + std::to_string(fill));
+      const auto& q = *ref::quant_traits(type);
+      const size_t row_bytes = k / q.block_size * q.block_bytes;
+      std::vector<uint8_t> file = random_blocks(type, rows, k, rng);
+      for (size_t at = 0; at < file.size(); at += q.block_bytes) {
+        std::vector<uint8_t> keep(file.begin() + at, file.begin() + at + q.block_bytes);
+        std::memset(&file[at], fill, q.block_bytes);
+        for (size_t f : fp16_fields(type)) std::memcpy(&file[at + f], &keep[f], 2);
+      }
+      std::vector<float> w(rows * k);
+      for (size_t r = 0; r < rows; ++r) ref::dequantize_row(type, &file[r * row_bytes], &w[r * k], k);
+      std::vector<uint8_t> packed(packed_size + 64);
+      void* p = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+      pack_weights(type, file.data(), row_bytes, rows, k, 0, rows, p);
+      std::vector<float> y(n_batch * rows, NAN);
+      o.gemm({type, p, 0, x.data(), k, y.data(), rows, k, n_batch, 0, rows, true, nullptr});
+      for (size_t b = 0; b < n_batch; ++b)
+        for (size_t r = 0; r < rows; ++r) {
+          const Expected e = expected(&w[r * k], &x[b * k], k, q.block_size == 256 ? 256 : 32);
+          ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
+          ASSERT_LT(e.bound, 0.1 * e.magnitude) << "b=" << b << " r=" << r;
         }
     }
   }

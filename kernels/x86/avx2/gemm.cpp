@@ -1,4 +1,5 @@
-// AVX2 gemm for F32/F16/BF16 weights against F32 activations.
+// AVX2 gemm for F32/F16/BF16 weights against F32 activations; packed quantized weights
+// go to gemm_packed.cpp (or gemm_packed_vnni.cpp for the avxvnni table).
 //
 // Same scheme as the AVX-512 version with 8 lanes and 16 registers: a tile keeps RW x RB
 // accumulators, each weight vector is converted once per k step and reused across the
@@ -12,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/tables.h"
+#include "kernels/x86/avx2/gemm_packed.h"
 #include "kernels/x86/gemm_tiles.h"
 
 namespace kiln::kernels::avx2 {
@@ -133,6 +135,7 @@ bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
+  if (a.w_packed) return gemm_packed(a);
   if (a.w_type != TensorType::F32 && a.w_type != TensorType::F16 && a.w_type != TensorType::BF16) {
     scalar_ops().gemm(a);
     return;
@@ -153,5 +156,14 @@ void gemm(const GemmArgs& a) {
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
     t.run(a, b0, min_size(b0 + block, a.n_batch), 4, kMaxRb);
 }
+
+#ifdef KILN_HAVE_AVXVNNI
+// The avxvnni table's gemm: only packed weights have integer kernels to speed up; the
+// rest is the avx2 table's.
+void gemm_vnni(const GemmArgs& a) {
+  if (a.w_packed) return gemm_packed_vnni(a);
+  gemm(a);
+}
+#endif
 
 }  // namespace kiln::kernels::avx2

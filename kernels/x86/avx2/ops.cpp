@@ -4,11 +4,15 @@
 #include <immintrin.h>
 
 #include "kernels/tables.h"
+#include "kernels/x86/avx2/gemm_packed.h"
 
 namespace kiln::kernels::avx2 {
 
 bool gemm_supports(TensorType t);
 void gemm(const GemmArgs& a);
+#ifdef KILN_HAVE_AVXVNNI
+void gemm_vnni(const GemmArgs& a);
+#endif
 
 namespace {
 
@@ -259,20 +263,30 @@ void f32_to_bf16(const float* in, uint16_t* out, size_t n) {
   }
 }
 
-// Weights stay in the file layout and gemm takes float activations.
-size_t no_packing(TensorType, size_t, size_t) { return 0; }
-void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
-
 const Ops kOps = {
-    Isa::avx2,   gemm_supports, gemm,    dot,         axpy,        scale,
-    add,         rmsnorm,       softmax, swiglu,      rope,        fp16_to_f32,
-    f32_to_fp16, bf16_to_f32,   f32_to_bf16,
-    no_packing,  no_packing,    no_prepare,
+    Isa::avx2,    gemm_supports,  gemm,    dot,         axpy,        scale,
+    add,          rmsnorm,        softmax, swiglu,      rope,        fp16_to_f32,
+    f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
+    packed_bytes, prepared_bytes, prepare,
 };
+
+#ifdef KILN_HAVE_AVXVNNI
+// AVX2 plus AVX-VNNI: the same table but for the packed integer dots (vpdpbusd), so the
+// weights are packed the same and activations prepared the same.
+const Ops kOpsVnni = {
+    Isa::avxvnni, gemm_supports,  gemm_vnni, dot,         axpy,        scale,
+    add,          rmsnorm,        softmax,   swiglu,      rope,        fp16_to_f32,
+    f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
+    packed_bytes, prepared_bytes, prepare,
+};
+#endif
 
 }  // namespace
 }  // namespace kiln::kernels::avx2
 
 namespace kiln::kernels {
 const Ops& avx2_ops() { return avx2::kOps; }
+#ifdef KILN_HAVE_AVXVNNI
+const Ops& avxvnni_ops() { return avx2::kOpsVnni; }
+#endif
 }  // namespace kiln::kernels

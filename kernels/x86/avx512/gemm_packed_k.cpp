@@ -27,6 +27,7 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
       const uint8_t* pv = qs + 512 * (half / 2);
+      prefetch_ahead<R>(rec, half);
       __m512i w[8];
       for (int v = 0; v < 8; ++v)
         w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
@@ -136,7 +137,7 @@ void run_packed_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
     case TensorType::Q4_K: return run_groups<Q4KTile>(a, act, b0, b1);
     case TensorType::Q6_K: return run_groups<Q6KTile>(a, act, b0, b1);
-    default: return;
+    default: return run_packed_k2(a, act, b0, b1);
   }
 }
 

@@ -1,0 +1,13 @@
+// AVX-VNNI gemm on packed quantized weights: the kernels of packed_kernels.h with the
+// VEX-encoded vpdpbusd on ymm. This file alone is built with -mavxvnni
+// (kernels/CMakeLists.txt) and runs only through the avxvnni table, which dispatch.cpp
+// offers when CPUID says the CPU has AVX-VNNI, so the avx2 table stays runnable on
+// CPUs without it. Activations come from the shared AVX2 prepare (gemm_packed.cpp).
+#define KILN_PACKED_VNNI 1
+#include "kernels/x86/avx2/packed_kernels.h"
+
+namespace kiln::kernels::avx2 {
+
+void gemm_packed_vnni(const GemmArgs& a) { gemm_packed_impl(a); }
+
+}  // namespace kiln::kernels::avx2
