@@ -137,11 +137,21 @@ void Model::pack_weights() {
   madvise(arena, bytes, MADV_HUGEPAGE);
   std::vector<void*> dst(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) dst[i] = arena + offset[i];
+  // A matrix's file pages are released as soon as it is packed (whole pages inside the
+  // tensor only: neighbours may still be read), so resident memory never holds both.
+  const long page = sysconf(_SC_PAGESIZE);
+  const auto release_source = [&](const WeightView& w) {
+    if (w.data == token_embd.data) return;  // tied output: the embedding still reads it
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  };
   std::atomic<size_t> next{0};
   const auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
       const WeightView& w = *todo[i];
       kernels::pack_weights(w.type, w.data, w.row_bytes, w.rows, w.cols, 0, w.rows, dst[i]);
+      release_source(w);
     }
   };
   const unsigned n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 16u));
@@ -150,18 +160,9 @@ void Model::pack_weights() {
   worker();
   for (auto& t : threads) t.join();
 
-  const long page = sysconf(_SC_PAGESIZE);
   for (size_t i = 0; i < todo.size(); ++i) {
-    WeightView& w = *todo[i];
-    const bool shared_with_embedding = w.data == token_embd.data;
-    if (!shared_with_embedding) {
-      // Whole pages inside the tensor only: neighbours may still be read from the file.
-      const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
-      const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
-      if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-    }
-    w.data = dst[i];
-    w.packed = true;
+    todo[i]->data = dst[i];
+    todo[i]->packed = true;
   }
 }
 
