@@ -13,7 +13,8 @@ namespace {
 bool packs(TensorType t) {
   switch (t) {
     case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
-    case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q6_K: return true;
+    case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
+    case TensorType::Q3_K: case TensorType::Q2_K: return true;
     default: return false;
   }
 }

@@ -19,8 +19,10 @@
 // quantizers divide by amax/127 and saturate; 128 is used below for margin), weights
 // are below 2^bits, so one vpmaddubsw lane is at most 2 * (2^bits - 1) * 128 and G of
 // them may be added in int16 while G times that stays <= 32767:
-//   4-bit (Q4_0, Q4_1, Q4_K): 3840 per product pair, G = 8 (30720)
-//   5-bit (Q5_0, Q5_1):       7936, G = 4 (31744)
+//   2-bit (Q2_K):              768 per product pair, G = 42 (a sub-block of 16 needs 4)
+//   3-bit (Q3_K, q + 4):      1792, G = 18 (4 used)
+//   4-bit (Q4_0, Q4_1, Q4_K): 3840, G = 8 (30720)
+//   5-bit (Q5_0, Q5_1, Q5_K): 7936, G = 4 (31744)
 //   6-bit (Q6_K, q + 32):    16128, G = 2 (32256)
 //   8-bit (Q8_0 stored q + 128): 2 * 255 * 128 = 65280 overflows even alone, so Q8_0
 //   goes back to signed q and multiplies |q| by x with q's sign (vpsignb):
@@ -58,12 +60,19 @@ inline __m256 load_fp16x8(const void* p) { return _mm256_cvtph_ps(_mm_loadu_si12
 
 #if KILN_PACKED_VNNI
 inline __m256i dpbusd(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+// int16 pairs a x b added to the int32 lanes of acc (vpdpwssd, also AVX-VNNI).
+inline __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
 #else
 // Only `if constexpr (kVnni)` branches call it, and those are discarded in this build;
 // any other call fails to compile rather than run an instruction the CPU may lack.
 template <class V>
 inline V dpbusd(V acc, V, V) {
   static_assert(sizeof(V) == 0, "vpdpbusd in the plain AVX2 build");
+  return acc;
+}
+template <class V>
+inline V dpwssd(V acc, V, V) {
+  static_assert(sizeof(V) == 0, "vpdpwssd in the plain AVX2 build");
   return acc;
 }
 #endif
@@ -95,6 +104,15 @@ inline __m256i maddubs_sum(const __m256i* w, const int8_t* xq, __m256i m16) {
   return acc;
 }
 
+// acc + the int16 pair products of a and b per int32 lane (one vpdpwssd with VNNI).
+inline __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
+#if KILN_PACKED_VNNI
+  return dpwssd(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 // Byte i of the result is 0xff where bit i of the 32 bits at p is set: each byte picks
 // the source byte holding its bit (vpshufb), then tests that bit.
 inline __m256i bytes_from_bits(const uint8_t* p) {
@@ -103,6 +121,20 @@ inline __m256i bytes_from_bits(const uint8_t* p) {
   const __m256i which = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
   return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), which), bit), bit);
+}
+
+// Software prefetch of the record two records ahead, an eighth of it per call (step
+// 0..7), as the AVX-512 K tiles do (kernels/x86/avx512/packed_tiles.h): a decode tile
+// reads each record as two interleaved halves and the hardware prefetcher loses the
+// stream. Measured on one core, 16384 x 4096 weights (beyond L3), GMAC/s without -> with:
+// decode Q4_K 40 -> 60-68, Q5_K 24 -> 31; batch of 32 (4096 x 4096) Q4_K 84 -> 96, Q5_K
+// 66 -> 72; Q3_K and Q2_K unchanged within noise (their unpacking, not memory, limits).
+template <size_t R>
+inline void prefetch_ahead(const uint8_t* rec, int step) {
+  constexpr size_t kLines = (R / 64 + 7) / 8;
+  const char* p = reinterpret_cast<const char*>(rec) + 2 * R + 64 * kLines * step;
+#pragma GCC unroll 8
+  for (size_t l = 0; l < kLines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
 }
 
 // Rows [lo, hi) of a group are this call's to store (groups overlapping r0 or r1 are
@@ -216,19 +248,24 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
     for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
 }
 
-// ---------------------------------------------------------------- Q4_K
+// ---------------------------------------------------------------- Q4_K and Q5_K
 
 // Per 256-element record: sub-block sums times their 6-bit scales stay exact in int32
-// (at most 256 * 15 * 128 * 63), mins meet the activation sums per 32, and the float
-// scales are applied once.
-template <int RB, int H0, int H1>
-void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q4_K);
+// (at most 256 * 31 * 128 * 63 for Q5_K), mins meet the activation sums per 32, and the
+// float scales are applied once. Q5_K is Q4_K with a fifth bit OR-ed into each weight
+// byte: its pairs are 640 bytes (8 nibble vectors, then 16 x uint64 of fifth bits whose
+// bits 32h..32h+31 are this half's 8 rows), and 5-bit weights allow only 4 vpmaddubsw
+// per int16 sum instead of 8 (maddubs_sum checks the bound).
+template <bool kQ5, int RB, int H0, int H1>
+void k4_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
+  constexpr size_t R = record_bytes(kQ5 ? TensorType::Q5_K : TensorType::Q4_K);
+  constexpr size_t kPair = kQ5 ? 640 : 512;
+  constexpr int kBits = kQ5 ? 5 : 4;
   ActRow256 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
   for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     const uint8_t *sc = rec + 64, *mpair = rec + 192, *qs = rec + 320;
@@ -237,11 +274,18 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sub = 0; sub < 8; ++sub) {  // pair sub/2, nibble sub%2
-        const uint8_t* pv = qs + 512 * (sub / 2) + 32 * h;
+        if (h == 0) prefetch_ahead<R>(rec, sub);  // first visit of the record
+        const uint8_t* pv = qs + kPair * (sub / 2) + 32 * h;
         __m256i w[8];
 #pragma GCC unroll 8
         for (int v = 0; v < 8; ++v)
           w[v] = _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
+        if constexpr (kQ5) {
+          // Word 8(sub%2) + v of the pair's fifth bits; this half's 32 bits start at byte 4h.
+          const uint8_t* qh = qs + kPair * (sub / 2) + 512 + 64 * (sub % 2) + 4 * h;
+#pragma GCC unroll 8
+          for (int v = 0; v < 8; ++v) w[v] = _mm256_or_si256(w[v], _mm256_and_si256(bytes_from_bits(qh + 8 * v), sixteen));
+        }
         const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 * sub + 8 * h)));
         if constexpr (kVnni) {
 #pragma GCC unroll 8
@@ -254,7 +298,7 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
           const __m256i sc16 = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
 #pragma GCC unroll 8
           for (int j = 0; j < RB; ++j)
-            sumi[j] = _mm256_add_epi32(sumi[j], maddubs_sum<4, 8>(w, xr[j].q + 256 * sb + 32 * sub, sc16));
+            sumi[j] = _mm256_add_epi32(sumi[j], maddubs_sum<kBits, 8>(w, xr[j].q + 256 * sb + 32 * sub, sc16));
         }
       }
       const __m256 d = load_fp16x8(rec + 16 * h), dmin = load_fp16x8(rec + 32 + 16 * h);
@@ -354,6 +398,112 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
 }
 
+// ---------------------------------------------------------------- Q3_K and Q2_K
+
+// Sub-blocks of 16 elements: chunk P of a record holds sub-blocks 2P and 2P+1, each a
+// crumb vector whose four unpacked vectors are (crumb >> 2j) & 3 (kernels/packed.h). A
+// sub-block's dot is 4 weight vectors deep, so each sub-block meets its own scale:
+//  * plain AVX2: one int16 sum of 4 vpmaddubsw (3-bit: 4 x 1792, 2-bit: 4 x 768, far
+//    from saturating), widened by vpmaddwd against the scale in both int16 halves;
+//  * AVX-VNNI: a 4-deep vpdpbusd chain sums to |s| <= 16 x 7 x 128 < 2^15, so vpdpwssd
+//    against the scale in the low 16 bits of the lane (high 16 zero) multiplies and adds
+//    it in one instruction, as the AVX-512 tiles do.
+// Q3_K: x = d * sc * (q - 4), q in 0..7 stored (the 2 low bits plus 4 where the high-bit
+// mask is set), sc in -32..31; the -4 joins the int32 sum as -4 * sc * sum(x_q) per
+// sub-block: the int16 pair (-4 sc_a, -4 sc_b) against the pair of 16-element activation
+// sums, one vpmaddwd (vpdpwssd with VNNI) per chunk. Q2_K: x = d * sc * q - dmin * m, q
+// in 0..3, sc and m the low and high nibbles of the file's scales byte; the mins as
+// Q4_K's, against the 16-element sums.
+template <TensorType T, int RB, int H0, int H1>
+void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
+  constexpr bool kQ3 = T == TensorType::Q3_K;
+  constexpr size_t R = record_bytes(T);
+  constexpr size_t kScales = kQ3 ? 32 : 64, kChunks = kQ3 ? 288 : 320, kChunk = kQ3 ? 192 : 128;
+  constexpr int kBits = kQ3 ? 3 : 2;  // stored q: Q3_K q + 4 <= 7, Q2_K q <= 3
+  static_assert(16 * ((1 << kBits) - 1) * 128 <= 32767, "a sub-block's vpdpbusd sum must fit the lane's low int16");
+  ActRow256 xr[RB];
+  __m256 acc[RB][2];
+#pragma GCC unroll 8
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  for (size_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* rec = group + sb * R;
+    const uint8_t *scales = rec + kScales, *chunks = rec + kChunks;
+    for (int h = H0; h < H1; ++h) {
+      __m256i sumi[RB];
+#pragma GCC unroll 8
+      for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
+      for (int P = 0; P < 8; ++P) {
+        if (h == 0) prefetch_ahead<R>(rec, P);  // first visit of the record
+        const uint8_t* chunk = chunks + kChunk * P;
+        // Lane r: the int16 pair (scale of sub-block 2P, scale of 2P+1) of row 8h+r.
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * P + 16 * h));
+        const __m256i sc16 = kQ3 ? _mm256_cvtepi8_epi16(sc8)
+                                 : _mm256_and_si256(_mm256_cvtepu8_epi16(sc8), _mm256_set1_epi16(0x0f));
+        __m256i sc_of[2];
+        if constexpr (kVnni) {
+          sc_of[0] = _mm256_and_si256(sc16, _mm256_set1_epi32(0xffff));
+          sc_of[1] = _mm256_srli_epi32(sc16, 16);
+        } else {
+          sc_of[0] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc16, 0xa0), 0xa0);
+          sc_of[1] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc16, 0xf5), 0xf5);
+        }
+        for (int s = 0; s < 2; ++s) {  // sub-block 2P + s
+          const __m256i c = load(chunk + 64 * s + 32 * h);
+          __m256i w[4];
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) w[j] = _mm256_and_si256(j ? _mm256_srli_epi16(c, 2 * j) : c, three);
+          if constexpr (kQ3) {
+            // Mask word 4s + j (elements 32P + 16s + 4j + i); this half's bits from byte 4h.
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+              w[j] = _mm256_or_si256(w[j], _mm256_and_si256(bytes_from_bits(chunk + 128 + 8 * (4 * s + j) + 4 * h), four));
+          }
+#pragma GCC unroll 8
+          for (int j = 0; j < RB; ++j) {
+            const int8_t* xq = xr[j].q + 256 * sb + 32 * P + 16 * s;
+            if constexpr (kVnni)
+              sumi[j] = dpwssd(sumi[j], dpbusd_sum<4>(_mm256_setzero_si256(), w, xq), sc_of[s]);
+            else
+              sumi[j] = _mm256_add_epi32(sumi[j], maddubs_sum<kBits, 4>(w, xq, sc_of[s]));
+          }
+        }
+        if constexpr (kQ3) {
+          // The stored q + 4: (-4 sc_a, -4 sc_b) against (sum_a(x_q), sum_b(x_q)).
+          const __m256i off16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
+#pragma GCC unroll 8
+          for (int j = 0; j < RB; ++j) sumi[j] = madd_acc(sumi[j], off16, bcast4(xr[j].s16 + 16 * sb + 2 * P));
+        }
+      }
+      const __m256 d = load_fp16x8(rec + 16 * h);
+      if constexpr (kQ3) {
+#pragma GCC unroll 8
+        for (int j = 0; j < RB; ++j)
+          acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_set1_ps(xr[j].d[sb])), acc[j][h]);
+      } else {
+        const __m256 dmin = load_fp16x8(rec + 32 + 16 * h);
+        __m256i mpairs[8];  // int16 pairs (m of sub-block 2P, m of 2P+1)
+#pragma GCC unroll 8
+        for (int P = 0; P < 8; ++P)
+          mpairs[P] = _mm256_srli_epi16(
+              _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * P + 16 * h))), 4);
+#pragma GCC unroll 8
+        for (int j = 0; j < RB; ++j) {
+          __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int P = 0; P < 8; ++P) msum = madd_acc(msum, mpairs[P], bcast4(xr[j].s16 + 16 * sb + 2 * P));
+          const __m256 dx = _mm256_set1_ps(xr[j].d[sb]);
+          acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, dx), acc[j][h]);
+          acc[j][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j][h]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < RB; ++j)
+    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+}
+
 // ---------------------------------------------------------------- driver
 
 // Tile<T>::fn<RB, H0, H1>: halves [H0, H1) of one group against RB activation rows.
@@ -361,8 +511,10 @@ template <TensorType T>
 struct Tile {
   template <int RB, int H0, int H1>
   static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
-    if constexpr (T == TensorType::Q4_K) q4_k_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
+    if constexpr (T == TensorType::Q4_K) k4_tile<false, RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else if constexpr (T == TensorType::Q5_K) k4_tile<true, RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::Q6_K) q6_k_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else if constexpr (T == TensorType::Q3_K || T == TensorType::Q2_K) k16_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
     else legacy_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
   }
 };
@@ -406,6 +558,9 @@ void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
     case TensorType::Q5_1: return run_groups<TensorType::Q5_1>(a, act, b0, b1);
     case TensorType::Q4_K: return run_groups<TensorType::Q4_K>(a, act, b0, b1);
     case TensorType::Q6_K: return run_groups<TensorType::Q6_K>(a, act, b0, b1);
+    case TensorType::Q5_K: return run_groups<TensorType::Q5_K>(a, act, b0, b1);
+    case TensorType::Q3_K: return run_groups<TensorType::Q3_K>(a, act, b0, b1);
+    case TensorType::Q2_K: return run_groups<TensorType::Q2_K>(a, act, b0, b1);
     default: return;  // packed_bytes() is 0 for every other type, so nothing is packed
   }
 }
