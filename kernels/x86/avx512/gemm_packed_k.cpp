@@ -1,4 +1,4 @@
-// AVX-512 VNNI gemm on packed K-quant weights (layout: kernels/packed.h), against
+// AVX-512 VNNI gemm on packed Q4_K, Q5_K and Q6_K weights (layout: kernels/packed.h), against
 // activations quantized per 256 elements (ActFormat::q8_256). Sub-block scales are small
 // integers: each super-block's products, scales and offsets stay exact in int32 and meet
 // the float scales once. Same determinism contract as gemm_packed.cpp.
@@ -11,14 +11,17 @@ namespace {
 
 // ---------------------------------------------------------------- Q4_K
 
-template <int RB>
+// Q4_K, and Q5_K with the fifth bit of each unpacked vector from its mask word (the
+// pair's 8 nibble vectors are then followed by 16 mask words: 640 bytes a pair).
+template <TensorType T, int RB>
 void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q4_K);
+  constexpr bool kFifthBit = T == TensorType::Q5_K;
+  constexpr size_t R = record_bytes(T), kPairBytes = kFifthBit ? 640 : 512;
   ActRow256 xr[RB];
   __m512 acc[RB];
 #pragma GCC unroll 16
   for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     const uint8_t *sc = rec + 64, *mpair = rec + 192, *qs = rec + 320;
@@ -26,11 +29,13 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
-      const uint8_t* pv = qs + 512 * (half / 2);
+      const uint8_t *pv = qs + kPairBytes * (half / 2), *qh = pv + 512 + 64 * (half % 2);
       prefetch_ahead<R>(rec, half);
       __m512i w[8];
-      for (int v = 0; v < 8; ++v)
+      for (int v = 0; v < 8; ++v) {
         w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
+        if constexpr (kFifthBit) w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], sixteen);
+      }
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * half)));
 #pragma GCC unroll 16
       for (int j = 0; j < RB; ++j) {
@@ -43,7 +48,7 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     }
     const __m512 d = load_fp16x16(rec), dmin = load_fp16x16(rec + 32);
     __m512i mpairs[4];
-    for (int p = 0; p < 4; ++p) mpairs[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mpair + 32 * p)));
+    for (int p = 0; p < 4; ++p) mpairs[p] = load_u8x32_as_i16(mpair + 32 * p);
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) {
       // sum over sub-blocks of m * sum(x_q): int16 pairs (m, sum) in one vpdpwssd each.
@@ -118,10 +123,11 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
   for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
 }
 
+template <TensorType T>
 struct Q4KTile {
   template <int RB>
   static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    q4_k_tile<RB>(group, k, act, y, ldy, lanes);
+    q4_k_tile<T, RB>(group, k, act, y, ldy, lanes);
   }
 };
 struct Q6KTile {
@@ -135,7 +141,8 @@ struct Q6KTile {
 
 void run_packed_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
-    case TensorType::Q4_K: return run_groups<Q4KTile>(a, act, b0, b1);
+    case TensorType::Q4_K: return run_groups<Q4KTile<TensorType::Q4_K>>(a, act, b0, b1);
+    case TensorType::Q5_K: return run_groups<Q4KTile<TensorType::Q5_K>>(a, act, b0, b1);
     case TensorType::Q6_K: return run_groups<Q6KTile>(a, act, b0, b1);
     default: return run_packed_k2(a, act, b0, b1);
   }

@@ -1,5 +1,5 @@
-// AVX-512 VNNI gemm on packed Q5_K, Q3_K and Q2_K weights (layouts: kernels/packed.h),
-// against activations quantized per 256 elements (ActFormat::q8_256). As for Q4_K and
+// AVX-512 VNNI gemm on packed Q3_K and Q2_K weights (layouts: kernels/packed.h),
+// against activations quantized per 256 elements (ActFormat::q8_256). As for Q4_K, Q5_K and
 // Q6_K (gemm_packed_k.cpp) every super-block's products, sub-block scales, mins and
 // offsets are summed exactly in int32 and meet the float scales once; same determinism
 // contract as gemm_packed.cpp (each output's operations do not depend on RB, the row
@@ -16,67 +16,8 @@
 namespace kiln::kernels::avx512 {
 namespace {
 
-inline __mmask64 mask_at(const uint8_t* p) {
-  __mmask64 m;
-  std::memcpy(&m, p, 8);
-  return m;
-}
-inline __m512i load_u8x32_as_i16(const void* p) {
-  return _mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
-}
 inline __m512i load_i8x32_as_i16(const void* p) {
   return _mm512_cvtepi8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
-}
-
-// ---------------------------------------------------------------- Q5_K
-
-// Q4_K's tile (gemm_packed_k.cpp) with the fifth bit added to each unpacked vector.
-template <int RB>
-void q5_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q5_K);
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
-    const uint8_t *sc = rec + 64, *mpair = rec + 192, *pairs = rec + 320;
-    __m512i sumi[RB];
-#pragma GCC unroll 16
-    for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
-    for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
-      const uint8_t *pv = pairs + 640 * (half / 2), *qh = pv + 512 + 64 * (half % 2);
-      prefetch_ahead<R>(rec, half);
-      __m512i w[8];
-      for (int v = 0; v < 8; ++v) {
-        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
-        w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], sixteen);
-      }
-      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * half)));
-#pragma GCC unroll 16
-      for (int j = 0; j < RB; ++j) {
-        const int8_t* xq = xr[j].q + 256 * sb + 32 * half;
-        __m512i isum = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; ++u) isum = _mm512_dpbusd_epi32(isum, w[u], bcast4(xq + 4 * u));
-        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum, scale));
-      }
-    }
-    const __m512 d = load_fp16x16(rec), dmin = load_fp16x16(rec + 32);
-    __m512i mpairs[4];
-    for (int p = 0; p < 4; ++p) mpairs[p] = load_u8x32_as_i16(mpair + 32 * p);
-#pragma GCC unroll 16
-    for (int j = 0; j < RB; ++j) {
-      __m512i msum = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mpairs[p], bcast4(xr[j].s32 + 8 * sb + 2 * p));
-      const __m512 dx = _mm512_set1_ps(xr[j].d[sb]);
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, dx), acc[j]);
-      acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
 }
 
 // ---------------------------------------------------------------- Q3_K and Q2_K
@@ -194,8 +135,7 @@ template <TensorType T>
 struct Tile {
   template <int RB>
   static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    if constexpr (T == TensorType::Q5_K) q5_k_tile<RB>(group, k, act, y, ldy, lanes);
-    else if constexpr (T == TensorType::Q3_K) q3_k_tile<RB>(group, k, act, y, ldy, lanes);
+    if constexpr (T == TensorType::Q3_K) q3_k_tile<RB>(group, k, act, y, ldy, lanes);
     else q2_k_tile<RB>(group, k, act, y, ldy, lanes);
   }
 };
@@ -204,7 +144,6 @@ struct Tile {
 
 void run_packed_k2(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
-    case TensorType::Q5_K: return run_groups<Tile<TensorType::Q5_K>>(a, act, b0, b1);
     case TensorType::Q3_K: return run_groups<Tile<TensorType::Q3_K>>(a, act, b0, b1);
     case TensorType::Q2_K: return run_groups<Tile<TensorType::Q2_K>>(a, act, b0, b1);
     default: return;

@@ -31,6 +31,15 @@ inline __m512 load_fp16x16(const void* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
 }
 
+inline __mmask64 mask_at(const uint8_t* p) {
+  __mmask64 m;
+  std::memcpy(&m, p, 8);
+  return m;
+}
+inline __m512i load_u8x32_as_i16(const void* p) {
+  return _mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+}
+
 // Records are read in address order, yet the hardware prefetcher loses this stream:
 // Q5_K decode from DRAM measured 7 GB/s without this, 17-20 with it (Q4_K: 12-15); Q3_K
 // and Q2_K gained less. Each of a record's 8 steps fetches an eighth of the record two
