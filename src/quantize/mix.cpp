@@ -204,15 +204,24 @@ std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
   return order;
 }
 
-// kiln's own rule for the legacy presets: every 2-D tensor whose rows are whole blocks.
+// The legacy presets: every 2-D tensor whose rows are whole blocks gets the base type
+// (llama-quantize would refuse the others; kiln keeps their type), except the output
+// projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes.
 std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDesc>& tensors) {
+  bool tied = true;
+  for (const TensorDesc& t : tensors)
+    if (role_of(t.name) == Role::output) tied = false;
+  MixState s{p.file_type, p.base_type, 0, 0, 0, false, tied};
   std::vector<TypeChoice> out;
   for (const TensorDesc& t : tensors) {
+    const Role r = role_of(t.name);
     if (t.dims.size() != 2) {
       out.push_back(plain(t.type));
     } else if (t.dims[0] % block_size(p.base_type) != 0) {
       out.push_back({t.type, true,
                      "rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(p.base_type) + " blocks"});
+    } else if (r == Role::output || (tied && r == Role::token_embd)) {
+      out.push_back(fit_row_length(mix_type(s, r, t), t));
     } else {
       out.push_back(plain(p.base_type));
     }

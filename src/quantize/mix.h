@@ -9,10 +9,11 @@
 // architecture with no importance matrix, so kiln and llama-quantize write the same types
 // (and, the quantizers being bit-exact, the same bytes).
 //
-// The legacy presets (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) keep kiln's own simpler rule: every
-// 2-D tensor gets the base type when its rows are whole blocks and keeps its type
-// otherwise. llama-quantize differs there in two ways: it gives output.weight Q6_K (or
-// Q8_0) and it refuses models whose rows are not whole 32-value blocks.
+// The legacy presets (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): every 2-D tensor gets the base type
+// when its rows are whole blocks, and the output projection llama-quantize's Q6_K (Q8_0
+// for Q8_0 or rows that are not whole super-blocks), as llama-quantize does. Where
+// llama-quantize refuses a model (rows that are not whole 32-value blocks), kiln keeps
+// those tensors' type instead.
 #include <cstdint>
 #include <string>
 #include <string_view>
