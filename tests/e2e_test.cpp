@@ -40,6 +40,20 @@ TEST_P(Golden, BosOnlyGreedy200) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, Golden, ::testing::Values(1, 2));
 
+// --no-repack leaves the weights in the file mapping (load info says which) and changes
+// nothing in the answer: float weights keep their layout either way.
+TEST(E2E, NoRepackKeepsTheFileMappingAndTheAnswer) {
+  const std::string cmd = "run " + shell_quote(model()) + " 'Once upon a time' -n 100 --temp 0 -t 2";
+  auto repacked = kiln_run(cmd);
+  auto mapped = kiln_run(cmd + " --no-repack");
+  ASSERT_EQ(repacked.exit_code, 0) << repacked.err;
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
+  EXPECT_NE(repacked.err.find("weights repacked"), std::string::npos) << repacked.err;
+  EXPECT_NE(mapped.err.find("weights mapped from the file"), std::string::npos) << mapped.err;
+  EXPECT_EQ(trim(mapped.out), golden("stories260K.once-upon-a-time.greedy100.txt"));
+  EXPECT_EQ(trim(repacked.out), trim(mapped.out));
+}
+
 TEST(E2E, PromptSourcesAgree) {
   const std::string want = golden("stories260K.once-upon-a-time.greedy100.txt");
   const std::string common = " -n 100 --temp 0 --quiet";

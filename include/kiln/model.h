@@ -51,10 +51,16 @@ struct ModelConfig {
   TensorType weight_type = TensorType::F32;  // the type most weight bytes have
 };
 
+struct LoadParams {
+  // Copy the matrices into the kernels' preferred layout in huge pages (faster tokens,
+  // slower load); false keeps them in the file mapping, as does KILN_PACK=0.
+  bool repack = true;
+};
+
 class Model {
  public:
   // Opens, validates and maps the file; throws kiln::Error naming file and field.
-  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(const std::string& path, const LoadParams& params = {});
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }

@@ -36,6 +36,7 @@ struct BenchOptions {
   bool no_kv_cache = false;
   bool roofline = false;
   int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
+  bool no_repack = false;
 };
 
 struct TestResult {
@@ -126,7 +127,7 @@ int bench(BenchOptions& o) {
   if (o.reps < 1) throw UsageError("-r must be at least 1");
   if (o.threads.empty()) o.threads.push_back(physical_core_count());
   const std::string path = resolve_model_path(o.model);
-  auto model = load_model(path);
+  auto model = load_model(path, !o.no_repack);
   const ModelConfig& c = model->config();
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
@@ -272,6 +273,7 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test");
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step");
   cmd->add_option("-o,--output", o->output, "Output format: md, csv or json");
+  add_repack_flag(*cmd, o->no_repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,
                 "First measure this machine's memory read bandwidth (same threads) and give each tg row's share of it");

@@ -37,7 +37,7 @@ void print_help() {
 
 int chat(ChatOptions& o) {
   setup_logging(o.log);
-  auto model = load_model(resolve_model_path(o.model.model));
+  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);

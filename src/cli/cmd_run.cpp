@@ -37,7 +37,7 @@ int run(RunOptions& o) {
   if (!o.prompt_file.empty()) prompt = read_text_file(o.prompt_file);
   if (prompt == "-") prompt = read_text_file("-");
 
-  auto model = load_model(resolve_model_path(o.model.model));
+  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
   if (!o.tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_spm_file(o.tokenizer_file));
   const Tokenizer& tok = model->tokenizer();
   const std::vector<int32_t> tokens = tok.encode(prompt, tok.vocab().add_bos);

@@ -22,11 +22,13 @@ struct ModelOptions {
   int32_t n_ctx = 0;
   int32_t n_batch = 512;
   int32_t n_threads = 0;
+  bool no_repack = false;
 };
 
 // -m/--model is also accepted positionally by each command.
 void add_log_options(CLI::App& app, LogOptions& opts);
-void add_runtime_options(CLI::App& app, ModelOptions& opts);
+void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack
+void add_repack_flag(CLI::App& app, bool& no_repack);
 struct GenerationOptions {
   SamplerParams sampling;
   int32_t n_predict = -1;
@@ -42,7 +44,7 @@ std::string resolve_model_path(const std::string& given);
 // True if `arg` looks like a model file rather than a prompt.
 bool looks_like_model(const std::string& arg);
 
-std::unique_ptr<Model> load_model(const std::string& path);
+std::unique_ptr<Model> load_model(const std::string& path, bool repack = true);
 SessionParams session_params(const ModelOptions& opts);
 
 // Reads a whole file (a prompt via -f); "-" means stdin.

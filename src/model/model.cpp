@@ -52,7 +52,7 @@ WeightView Model::weight(const std::string& name, std::vector<uint64_t> expect_d
   return w;
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& params) {
   auto model = std::make_unique<Model>();
   model->file_ = gguf::File::open(path);
   const gguf::File& f = *model->file_;
@@ -84,7 +84,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     throw Error(path + ": tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
                 " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
 
-  model->pack_weights();
+  if (params.repack) model->pack_weights();
 
   std::map<TensorType, uint64_t> bytes_by_type;
   for (const auto& t : f.tensors())
