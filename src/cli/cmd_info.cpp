@@ -61,7 +61,10 @@ int info(InfoOptions& o) {
 
   std::unique_ptr<Model> model;
   try {
-    model = Model::load(path);
+    // Only the description is needed: no repacking of the weights.
+    LoadParams params;
+    params.repack = false;
+    model = Model::load(path, params);
   } catch (const Error& e) {
     std::printf("runnable:     no (%s)\n", e.what());
     try {
