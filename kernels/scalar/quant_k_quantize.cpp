@@ -118,13 +118,9 @@ float fit_scale_and_min(int n, int qmax, const float* x, const float* weights, u
   return scale;
 }
 
-// Fits x[i] ~ scale * (q[i] - half) with q in 0..2*half-1 for Q6_K, weighting each value by
-// x^2 (ggml's make_qx_quants with rmse_type 1 and no importance weights). The value of
-// largest magnitude sets the sign of the scale so that it lands on the full -half end; 18
-// grids slightly wider or narrower than that (half +- 0.1..0.9 steps) are then tried and
-// the one whose least-squares scale explains the most weighted energy is kept. Returns the
-// scale; an all-zero group gives 0 with every q = 0 (not `half`), as in ggml.
-float fit_symmetric_scale(int n, int half, const float* x, int8_t* q) {
+// The value of largest magnitude, sign kept (the first of equals), or 0 when the whole
+// group is below kZeroGroup: the symmetric fits put it on the -half end of their grid.
+float largest_magnitude(int n, const float* x) {
   float max = 0;
   float amax = 0;
   for (int i = 0; i < n; ++i) {
@@ -134,7 +130,18 @@ float fit_symmetric_scale(int n, int half, const float* x, int8_t* q) {
       max = x[i];
     }
   }
-  if (amax < kZeroGroup) {
+  return amax < kZeroGroup ? 0.0f : max;
+}
+
+// Fits x[i] ~ scale * (q[i] - half) with q in 0..2*half-1 for Q6_K, weighting each value by
+// x^2 (ggml's make_qx_quants with rmse_type 1 and no importance weights). The value of
+// largest magnitude sets the sign of the scale so that it lands on the full -half end; 18
+// grids slightly wider or narrower than that (half +- 0.1..0.9 steps) are then tried and
+// the one whose least-squares scale explains the most weighted energy is kept. Returns the
+// scale; an all-zero group gives 0 with every q = 0 (not `half`), as in ggml.
+float fit_symmetric_scale(int n, int half, const float* x, int8_t* q) {
+  const float max = largest_magnitude(n, x);
+  if (max == 0.0f) {
     for (int i = 0; i < n; ++i) q[i] = 0;
     return 0.0f;
   }
@@ -176,16 +183,8 @@ float fit_symmetric_scale(int n, int half, const float* x, int8_t* q) {
 // five passes of coordinate descent move single quants whenever that raises the x^2-weighted
 // energy the least-squares scale explains. Returns that scale (0 for an all-zero group).
 float fit_q3_scale(int n, int half, const float* x, int8_t* q) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kZeroGroup) {
+  const float max = largest_magnitude(n, x);
+  if (max == 0.0f) {
     for (int i = 0; i < n; ++i) q[i] = 0;
     return 0.0f;
   }
