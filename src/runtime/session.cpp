@@ -80,7 +80,7 @@ struct Session::Impl {
       for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) size_for(*w);
     prepared.resize(kMaxMatmuls * prepared_stride + 64);
     prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
-    tasks.reserve(kMaxMatmuls * (max_rows / 48 + 1));
+    tasks.reserve(kMaxMatmuls * (max_rows / 16 + 1));
     logits.resize(c.n_vocab);
 
     // theta_i = pos * base^(-2i/n_rot), computed in double once for every position.
@@ -117,7 +117,10 @@ struct Session::Impl {
     const void* prepared_for[kMaxMatmuls] = {};
     TensorType prepared_type[kMaxMatmuls];
     size_t n_prepared = 0, work = 0;
+    for (const MatmulOut& o : outs) work += o.w.rows * o.w.cols * B;
     tasks.clear();
+    size_t left = work;
+    const size_t threads = size_t(pool.size());
     for (const MatmulOut& o : outs) {
       const WeightView& w = o.w;
       kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, o.y, w.rows, w.cols, B, 0, w.rows, w.packed};
@@ -131,15 +134,21 @@ struct Session::Impl {
         }
         a.x_prepared = prepared_for[slot];
       }
-      work += w.rows * w.cols * B;
-      // About 8 chunks per thread: fine enough to rebalance, coarse enough that a chunk
-      // streams a good run of rows. Multiples of 48 suit the 16-row packed groups and
-      // the 6-row float prefill tiles.
-      const size_t chunk = std::max<size_t>(48, (w.rows / (size_t(pool.size()) * 8) + 47) / 48 * 48);
-      for (size_t r0 = 0; r0 < w.rows; r0 += chunk) {
+      // Guided split: each chunk is a share of the work still left in the whole job, so
+      // the first chunks are long runs the prefetchers stream well and the last ones are
+      // short, and the threads reach the barrier together. Rows come in whole 16-row
+      // packed groups (48 for the 6-row float prefill tiles), at least ~32 KiB of weights.
+      const size_t align = w.packed ? 16 : 48;
+      const size_t row_work = w.cols * B;
+      const size_t min_rows = std::max<size_t>(align, ((32u << 10) / std::max<size_t>(w.row_bytes, 1) + align - 1) / align * align);
+      for (size_t r0 = 0; r0 < w.rows;) {
+        const size_t want = (left / (2 * threads) / row_work + align - 1) / align * align;
+        const size_t n = std::min(w.rows - r0, std::max(want, min_rows));
         a.r0 = r0;
-        a.r1 = std::min<size_t>(w.rows, r0 + chunk);
+        a.r1 = r0 + n;
         tasks.push_back({a});
+        r0 += n;
+        left -= n * row_work;
       }
     }
     if (work < 64 * 1024 || pool.size() == 1) {
