@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -43,6 +45,7 @@ struct TestResult {
   int32_t n_prompt = 0, n_gen = 0, n_threads = 0;
   bool kv_cache = true;
   std::vector<double> samples_ns;
+  std::vector<double> roofline_gbs;  // --roofline: measured just before each repetition (tg)
   std::string test_time;
   double avg_ns() const {
     double s = 0;
@@ -132,20 +135,29 @@ int bench(BenchOptions& o) {
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
 
-  // Measured before the tests, with each thread count the tests use.
-  std::map<int32_t, ReadBandwidth> roofline;
-  if (o.roofline) {
-    const size_t buf = o.roofline_mib > 0 ? size_t(o.roofline_mib) << 20 : roofline_buffer_bytes(model_bytes);
-    for (int32_t t : o.threads)
-      if (!roofline.count(t)) roofline[t] = measure_read_bandwidth(buf, t, 10);
-  }
+  // --roofline: the read bandwidth is measured right before each tg repetition (the
+  // machine's bandwidth drifts with its neighbours' load, so a figure taken minutes apart
+  // from the run would make the share meaningless), and once per thread count that has
+  // no tg test.
+  std::unique_ptr<ReadBandwidthProbe> probe;
+  std::map<int32_t, std::vector<double>> roofline;  // every measurement, by thread count
+  constexpr int kPassesPerRep = 3, kPassesAlone = 10;
+  if (o.roofline)
+    probe = std::make_unique<ReadBandwidthProbe>(o.roofline_mib > 0 ? size_t(o.roofline_mib) << 20
+                                                                     : roofline_buffer_bytes(model_bytes));
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
   // GB/s of weights streamed by a tg row; 0 for the others.
   const auto bandwidth = [&](const TestResult& r) {
     return r.is_tg() ? double(model_bytes) * TestResult::mean(r.samples_ts()) / 1e9 : 0.0;
   };
-  const auto roofline_pct = [&](const TestResult& r) {
-    return 100.0 * bandwidth(r) / roofline.at(r.n_threads).gb_per_s;
+  // A tg row's own measurements; other rows get their thread count's median.
+  const auto roofline_of = [&](const TestResult& r) {
+    return r.roofline_gbs.empty() ? median(roofline.at(r.n_threads)) : TestResult::mean(r.roofline_gbs);
   };
+  const auto roofline_pct = [&](const TestResult& r) { return 100.0 * bandwidth(r) / roofline_of(r); };
 
   std::vector<TestResult> tests;
   for (int32_t t : o.threads) {
@@ -167,24 +179,39 @@ int bench(BenchOptions& o) {
     Session session(*model, sp);
     run_once(session, *model, std::min(r.n_prompt, 16), std::min(r.n_gen, 4), true, rng);  // warm-up
     r.test_time = now_iso();
-    for (int32_t rep = 0; rep < o.reps; ++rep) r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng));
+    for (int32_t rep = 0; rep < o.reps; ++rep) {
+      if (probe && r.is_tg()) {
+        r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
+        roofline[r.n_threads].push_back(r.roofline_gbs.back());
+      }
+      r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng));
+    }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
   }
 
+  if (probe)
+    for (int32_t t : o.threads)
+      if (!roofline.count(t)) roofline[t].push_back(probe->measure(t, kPassesAlone).gb_per_s);
+
   const std::string isa = kernels::isa_name(kernels::ops().isa);
   for (const auto& [t, bw] : roofline) {
+    const auto [lo, hi] = std::minmax_element(bw.begin(), bw.end());
     const std::string line =
-        fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (best of {} passes over {:.2f} GiB)",
-                    bw.gb_per_s, t, t == 1 ? "" : "s", bw.passes, bw.bytes / 1073741824.0);
+        bw.size() == 1 ? fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (best of {} passes over {:.2f} GiB)",
+                                     bw[0], t, t == 1 ? "" : "s", kPassesAlone, probe->bytes() / 1073741824.0)
+                       : fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (median of {} measurements "
+                                     "{:.2f}-{:.2f}, one before each tg repetition, each the best of {} passes over {:.2f} GiB)",
+                                     median(bw), t, t == 1 ? "" : "s", bw.size(), *lo, *hi, kPassesPerRep,
+                                     probe->bytes() / 1073741824.0);
     // Kept off stdout for csv/json so that stays machine-readable (the rows carry it).
     if (o.output == "md") std::printf("%s\n\n", line.c_str());
     else spdlog::info("{}", line);
   }
   if (o.output == "md") {
     std::printf("| model | size | params | backend | threads | test | t/s | weights GB/s |%s\n",
-                o.roofline ? " % of roofline |" : "");
-    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |%s\n", o.roofline ? " ---: |" : "");
+                o.roofline ? " roofline GB/s | % of roofline |" : "");
+    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |%s\n", o.roofline ? " ---: | ---: |" : "");
     for (const TestResult& r : tests) {
       const auto ts = r.samples_ts();
       std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d | %s | %.2f ± %.2f |", model_type.c_str(),
@@ -193,8 +220,8 @@ int bench(BenchOptions& o) {
       if (r.is_tg()) std::printf(" %.2f |", bandwidth(r));
       else std::printf(" |");
       if (o.roofline) {
-        if (r.is_tg()) std::printf(" %.1f%% |", roofline_pct(r));
-        else std::printf(" |");
+        if (r.is_tg()) std::printf(" %.2f | %.1f%% |", roofline_of(r), roofline_pct(r));
+        else std::printf(" | |");
       }
       std::printf("\n");
     }
@@ -233,7 +260,7 @@ int bench(BenchOptions& o) {
     j["samples_ts"] = ts;
     // Not llama-bench fields: null where they do not apply (pp rows, no --roofline).
     j["weights_gbs"] = r.is_tg() ? nlohmann::json(bandwidth(r)) : nlohmann::json();
-    j["roofline_gbs"] = o.roofline ? nlohmann::json(roofline.at(r.n_threads).gb_per_s) : nlohmann::json();
+    j["roofline_gbs"] = o.roofline ? nlohmann::json(roofline_of(r)) : nlohmann::json();
     j["roofline_pct"] = o.roofline && r.is_tg() ? nlohmann::json(roofline_pct(r)) : nlohmann::json();
     rows.push_back(j);
   }
@@ -276,7 +303,8 @@ void register_bench(CLI::App& app, Action& action) {
   add_repack_flag(*cmd, o->no_repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,
-                "First measure this machine's memory read bandwidth (same threads) and give each tg row's share of it");
+                "Measure this machine's memory read bandwidth (same threads) before each tg repetition and give each tg "
+                "row's share of it");
   cmd->add_option("--roofline-mib", o->roofline_mib,
                   "MiB read by --roofline (default: 1024 or twice the model, at most a quarter of free memory)")
       ->check(CLI::PositiveNumber);

@@ -50,42 +50,49 @@ size_t roofline_buffer_bytes(uint64_t model_bytes) {
   return (size_t)std::max<uint64_t>(bytes, uint64_t(64) << 20);
 }
 
-ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes) {
-  threads = std::max(1, threads);
+ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes) {
   constexpr size_t kHugePage = size_t(2) << 20;
-  bytes = std::max(kHugePage, bytes / kHugePage * kHugePage);
-  const size_t words = bytes / sizeof(uint64_t);
-  std::unique_ptr<uint64_t, decltype(&std::free)> buf(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, bytes)),
-                                                      &std::free);
-  if (!buf) throw Error("--roofline: cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure bandwidth");
+  bytes_ = std::max(kHugePage, bytes / kHugePage * kHugePage);
+  data_ = static_cast<uint64_t*>(std::aligned_alloc(kHugePage, bytes_));
+  if (!data_) throw Error("--roofline: cannot allocate " + std::to_string(bytes_ >> 20) + " MiB to measure bandwidth");
 #ifdef MADV_HUGEPAGE
   // Huge pages: filling 1 GiB of 4 KiB pages costs seconds of page faults on a VM, and
-  // TLB misses would lower the figure below what the (mmap'd, mostly huge-paged) weights see.
-  madvise(buf.get(), bytes, MADV_HUGEPAGE);
+  // TLB misses would lower the figure below what the (huge-paged) weights see.
+  madvise(data_, bytes_, MADV_HUGEPAGE);
 #endif
+  const size_t words = bytes_ / sizeof(uint64_t);
+  for (size_t i = 0; i < words; ++i) data_[i] = i;
+}
+
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
+
+ReadBandwidth ReadBandwidthProbe::measure(int threads, int passes) {
+  threads = std::max(1, threads);
   ThreadPool pool(threads);
+  const size_t words = bytes_ / sizeof(uint64_t);
   // Each thread's slice is a whole number of 64-byte lines.
   const size_t per_thread = (words / threads + 7) / 8 * 8;
-  uint64_t* data = buf.get();
-  pool.run([&](int t, int) {
-    const size_t b = std::min(words, size_t(t) * per_thread), e = std::min(words, b + per_thread);
-    for (size_t i = b; i < e; ++i) data[i] = i;
-  });
   ReadBandwidth r{0.0, words * sizeof(uint64_t), threads, passes};
   std::vector<uint64_t> sums(size_t(threads) * 8);  // a cache line per thread
   for (int p = 0; p < passes; ++p) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int t, int) {
       const size_t b = std::min(words, size_t(t) * per_thread), e = std::min(words, b + per_thread);
-      sums[size_t(t) * 8] += sum_words(data + b, e - b);
+      sums[size_t(t) * 8] += sum_words(data_ + b, e - b);
     });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.gb_per_s = std::max(r.gb_per_s, double(r.bytes) / s / 1e9);
   }
   // The sums feed an observable value so the reads cannot be optimized away.
-  volatile uint64_t sink = 0;
-  for (uint64_t s : sums) sink = sink + s;
+  for (uint64_t s : sums) sink_ += s;
+  volatile uint64_t sink = sink_;
+  (void)sink;
   return r;
+}
+
+ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes) {
+  ReadBandwidthProbe probe(bytes);
+  return probe.measure(threads, passes);
 }
 
 }  // namespace kiln::cli

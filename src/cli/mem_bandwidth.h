@@ -17,8 +17,27 @@ struct ReadBandwidth {
 // quarter of the memory available now (the machine is shared), and never under 64 MiB.
 size_t roofline_buffer_bytes(uint64_t model_bytes);
 
-// Fills `bytes` once (so its pages are real, not the shared zero page), then reads it
-// `passes` times split over `threads` threads and keeps the fastest pass.
+// A buffer of `bytes`, filled once (so its pages are real, not the shared zero page), to
+// read again whenever a measurement is wanted: a shared machine's bandwidth drifts over
+// minutes, so a benchmark measures it right beside each run it compares with it.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(size_t bytes);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+
+  // Reads the buffer `passes` times split over `threads` threads; the fastest pass.
+  ReadBandwidth measure(int threads, int passes);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint64_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  uint64_t sink_ = 0;
+};
+
+// One probe, one measurement.
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes);
 
 }  // namespace kiln::cli
