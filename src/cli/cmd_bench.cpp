@@ -162,11 +162,11 @@ int bench(BenchOptions& o) {
   std::vector<TestResult> tests;
   for (int32_t t : o.threads) {
     for (int32_t p : o.n_prompt)
-      if (p > 0) tests.push_back({p, 0, t, true, {}, {}});
+      if (p > 0) tests.push_back({p, 0, t, true, {}, {}, {}});
     for (int32_t g : o.n_gen)
       if (g > 0) {
-        tests.push_back({0, g, t, true, {}, {}});
-        if (o.no_kv_cache) tests.push_back({0, g, t, false, {}, {}});
+        tests.push_back({0, g, t, true, {}, {}, {}});
+        if (o.no_kv_cache) tests.push_back({0, g, t, false, {}, {}, {}});
       }
   }
 

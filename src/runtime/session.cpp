@@ -207,9 +207,35 @@ struct Session::Impl {
         }
       }
     };
+    // Decoding one token: the query heads that share a KV head form one batch, so each
+    // key and value row is read once per token, by one thread, in one gemm (per-head
+    // gemms read the cache once per query head, strided, and it is cold: the weights
+    // streamed since the previous token evicted it). Tasks are (KV head, slice of its
+    // query heads), enough of them for every thread.
+    const size_t parts = std::max<size_t>(1, (size_t(pool.size()) + c.n_kv_heads - 1) / c.n_kv_heads);
+    const auto kv_groups = [&](int tid, int nth) {
+      float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];
+      const size_t n_keys = size_t(pos0) + 1;
+      for (size_t t = tid; t < c.n_kv_heads * parts; t += nth) {
+        const size_t kvh = t / parts, part = t % parts;
+        const size_t g_end = (part + 1) * group / parts;
+        for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
+          const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
+          ops.gemm({TensorType::F32, kv_cache.k(l, 0) + kvh * hd, kv_dim * sizeof(float), &q[h0 * hd], hd, S, n_keys,
+                    hd, nh, 0, n_keys});
+          for (size_t i = 0; i < nh; ++i) {
+            ops.scale(S + i * n_keys, scale, n_keys);
+            ops.softmax(S + i * n_keys, n_keys);
+          }
+          ops.gemm({TensorType::F32, kv_cache.vt(l) + kvh * hd * n_ctx, size_t(n_ctx) * sizeof(float), S, n_keys,
+                    &att[h0 * hd], hd, n_keys, nh, 0, hd});
+        }
+      }
+    };
     // As in matmul: tiny work is cheaper on one thread than waking the pool.
-    if (c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1) heads(0, 1);
-    else pool.run(heads);
+    const bool one_thread = c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1;
+    if (B == 1) one_thread ? kv_groups(0, 1) : pool.run(kv_groups);
+    else one_thread ? heads(0, 1) : pool.run(heads);
   }
 
   // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;
