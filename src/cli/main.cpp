@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   register_tokenize(app, action);
   register_perplexity(app, action);
   register_quantize(app, action);
+  register_template(app, action);
 
   try {
     app.parse(argc, argv);
