@@ -156,8 +156,8 @@ TEST(E2E, ChatKeepsTheCacheAcrossTurns) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Turn 1 runs BOS + its tokens; turn 2 only the previous answer's last token and its own.
   std::vector<int> processed;
-  for (size_t at = 0; (at = r.err.find("turn: ", at)) != std::string::npos; at += 6)
-    processed.push_back(std::stoi(r.err.substr(at + 6)));
+  for (size_t at = 0; (at = r.err.find("[prompt: ", at)) != std::string::npos; at += 9)
+    processed.push_back(std::stoi(r.err.substr(at + 9)));
   ASSERT_EQ(processed.size(), 2u) << r.err;
   EXPECT_EQ(processed[0], 5);  // <s> Once upon a time
   EXPECT_LT(processed[1], 10) << "the second turn must not recompute the first";

@@ -43,6 +43,14 @@ class Generator {
   void set_ignore_eos(bool ignore);
   // Forgets everything (a new conversation).
   void reset();
+  // Forgets the tokens from index n on (the cache too); n >= history().size() does nothing.
+  void truncate(size_t n);
+  // Takes over a conversation whose first session.n_past() tokens are already cached
+  // (restored from a session file); the rest, at most one token, is decoded with the next
+  // turn. Throws kiln::Error if the cache holds more than `tokens`.
+  void set_history(std::vector<int32_t> tokens);
+  // Re-feeds the history to the sampler's penalty window (after its settings changed).
+  void resync_sampler();
 
  private:
   Session& session_;

@@ -39,6 +39,9 @@ class Sampler {
   // Clears the history and reseeds: a fixed seed replays the same draws, the random
   // seed (0xFFFFFFFF) picks a fresh one, as llama.cpp's dist sampler does.
   void reset();
+  // New settings (a chat's /set): validated like the constructor's, then reset(); the
+  // caller re-accepts the tokens the penalties should still see.
+  void set_params(const SamplerParams& params);
 
   const SamplerParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }

@@ -3,6 +3,7 @@
 // each call only computes the tokens it is given. Buffers are allocated once here; the
 // per-token path allocates nothing.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -10,6 +11,19 @@
 #include "kiln/model.h"
 
 namespace kiln {
+
+// How a KV cache state is laid out as bytes (kiln/session_file.h stores it). Only the
+// runtime knows what the bytes of a kv_type mean; files store this description and a
+// reader compares it with what its own session would write.
+struct KvStateDesc {
+  uint32_t kv_type = 0;      // 0: f32 (the only cache type so far)
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;       // key (and value) width per position and layer
+  int32_t n_pos = 0;         // positions held
+  uint64_t layer_bytes = 0;  // one layer's keys and values
+  uint64_t bytes() const { return uint64_t(n_layers) * layer_bytes; }
+  bool operator==(const KvStateDesc&) const = default;
+};
 
 struct SessionParams {
   int32_t n_ctx = 0;      // 0: the model's context_length capped at 4096
@@ -38,6 +52,24 @@ class Session {
   void reset() { truncate(0); }
 
   const Model& model() const;
+
+  // Saving and restoring the KV cache (the session file, kiln/session_file.h, wraps these
+  // with tokens, checks and a checksum). kv_state_desc(n) is what this session writes for
+  // n positions (any n >= 0, to check a file before anything is read).
+  KvStateDesc kv_state_desc(int32_t n_pos) const;
+  // Calls sink(data, bytes) with the first n_past() positions of every layer, layer after
+  // layer: kv_state_desc(n_past()).bytes() bytes in all, in row-sized pieces.
+  void write_kv_state(const std::function<void(const void* data, size_t bytes)>& sink) const;
+  // Replaces the cache with a state from write_kv_state of a session of the same model
+  // (any n_ctx up to this one's) and sets n_past() to desc.n_pos. source(dst, bytes) must
+  // fill dst with the next bytes of that state, in order (desc.bytes() in all, in pieces
+  // of the same sizes the sink got). A description this session would not write, or too
+  // many positions, throws kiln::Error before source is called: the session as it was. If
+  // source throws, the cache is partly overwritten: the session is reset (n_past() 0) and
+  // the exception propagates.
+  void read_kv_state(const KvStateDesc& desc, const std::function<void(void* dst, size_t bytes)>& source);
+  // The same from memory; data.size() must be desc.bytes() (else kiln::Error, untouched).
+  void read_kv_state(const KvStateDesc& desc, std::span<const uint8_t> data);
 
  private:
   struct Impl;

@@ -1,105 +1,91 @@
-// kiln chat MODEL: an interactive loop. The KV cache lives across turns, so each turn only
-// runs its new tokens. Ctrl-C stops the current answer; /bye or Ctrl-D leaves.
+// kiln chat MODEL: an interactive conversation in the model's chat template. The KV cache
+// lives across turns, so each turn only evaluates its new tokens; --session FILE keeps the
+// conversation and its cache across runs. Ctrl-C stops an answer, Ctrl-D or /bye leaves.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
+#include <chrono>
 #include <cstdio>
-#include <iostream>
+#include <filesystem>
 
-#include "chat/plain_format.h"
+#include "cli/chat_commands.h"
 #include "cli/common.h"
+#include "cli/line_editor.h"
+#include "kiln/chat.h"
 #include "kiln/error.h"
-#include "kiln/generator.h"
+#include "kiln/session_file.h"
 
 namespace kiln::cli {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-
-void on_sigint(int) { g_interrupted.store(true); }
 
 struct ChatOptions {
   LogOptions log;
   ModelOptions model;
   GenerationOptions gen;
+  ChatTemplateOptions chat_template;
   std::string system;
+  std::string session_file;
 };
-
-void print_help() {
-  std::fprintf(stderr,
-               "commands:\n"
-               "  /bye      leave (or Ctrl-D)\n"
-               "  /clear    forget the conversation\n"
-               "  /help     this list\n"
-               "Ctrl-C stops the current answer.\n");
-}
 
 int chat(ChatOptions& o) {
   setup_logging(o.log);
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
+  const std::string model_path = resolve_model_path(o.model.model);
+  auto model = load_model(model_path, !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
-  PlainChatFormat format(tok);
+  std::string template_origin;
+  Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &template_origin));
+  chat.set_system(o.system);
 
-  // No SA_RESTART: Ctrl-C at the prompt interrupts the read instead of waiting for Enter.
-  struct sigaction sa {};
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
+  ChatState state{model_path, *model, session, sampler, generator, chat, o.gen, template_origin, o.log.verbose, ChatTurn{}};
+  if (!o.session_file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(o.session_file, ec)) {
+      if (!load_chat(state, o.session_file)) std::fprintf(stderr, "(starting a new conversation)\n");
+    } else {
+      spdlog::info("kiln: {} does not exist yet: a new conversation, saved there after each turn", o.session_file);
+    }
+  }
 
-  const bool interactive = isatty(fileno(stdin));
-  if (interactive) std::fprintf(stderr, "kiln chat: type a message, /help for commands, /bye to leave.\n");
-  std::string line;
+  install_sigint_handler();
+  LineEditor editor("kiln", default_history_path());
+  const bool interactive = isatty(STDIN_FILENO);
+  if (interactive)
+    std::fprintf(stderr, "kiln chat (%s): type a message, /help for commands, \"\"\" for several lines, Ctrl-D to leave.\n",
+                 template_origin.c_str());
+
   while (true) {
-    if (interactive) std::fprintf(stderr, ">>> ");
-    g_interrupted.store(false);
-    if (!std::getline(std::cin, line)) {
-      if (g_interrupted.load() && !std::cin.eof()) {  // Ctrl-C at the prompt: keep going
-        std::cin.clear();
-        std::fprintf(stderr, "\n(use Ctrl-D or /bye to leave)\n");
-        continue;
-      }
-      if (interactive) std::fprintf(stderr, "\n");
-      break;
-    }
-    if (line == "/bye") break;
-    if (line == "/help" || line == "/?") { print_help(); continue; }
-    if (line == "/clear") {
-      generator.reset();
-      format.reset();
-      std::fprintf(stderr, "(conversation cleared)\n");
+    interrupt_flag().store(false);
+    const std::optional<std::string> input = editor.read(">>> ");
+    if (!input) break;
+    if (input->empty()) continue;
+    if ((*input)[0] == '/') {
+      if (run_command(state, *input) == CommandResult::quit) break;
       continue;
     }
-    if (!line.empty() && line[0] == '/') {
-      std::fprintf(stderr, "unknown command %s (try /help)\n", line.c_str());
-      continue;
-    }
-    if (line.empty()) continue;
-
-    std::vector<int32_t> turn;
     try {
-      turn = format.user_turn(line);
-      const GenerationStats st = generator.generate(turn, o.gen.n_predict, [](std::string_view text) {
+      interrupt_flag().store(false);
+      bool ends_with_newline = true;
+      const ChatTurn turn = chat.send(*input, o.gen.n_predict, [&](std::string_view text) {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
-      }, &g_interrupted);
-      std::fputc('\n', stdout);
+        ends_with_newline = text.back() == '\n';
+      }, &interrupt_flag());
+      if (!ends_with_newline) std::fputc('\n', stdout);
       std::fflush(stdout);
-      format.commit_turn();
-      if (st.stop == StopReason::cancelled) std::fprintf(stderr, "(stopped)\n");
-      if (st.stop == StopReason::context_full)
-        std::fprintf(stderr, "(the context of %d tokens is full: /clear to start over, or raise -c)\n", session.n_ctx());
-      spdlog::debug("turn: {} new tokens processed ({} in the conversation), {} generated in {:.1f} ms",
-                    st.n_prompt, generator.history().size(), st.n_generated, st.generate_ms);
+      state.last = turn;
+      report_turn(state, turn);
+      if (!o.session_file.empty()) save_chat(state, o.session_file, /*quiet=*/true);
     } catch (const Error& e) {
-      // A failed turn leaves the conversation as it was; the user can go on.
+      // The turn failed as a whole: the conversation is as it was before it.
+      std::fflush(stdout);
       std::fprintf(stderr, "kiln: error: %s\n", e.what());
     }
   }
+  if (interactive) std::fputc('\n', stderr);
   return 0;
 }
 
@@ -110,6 +96,10 @@ void register_chat(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat with a model");
   cmd->add_option("model", o->model.model, "Model file (GGUF)");
   cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
+  cmd->add_option("--system", o->system, "System prompt");
+  cmd->add_option("--session", o->session_file,
+                  "Resume the conversation saved in this file (with its KV cache) and save it there after each turn");
+  add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
   add_log_options(*cmd, o->log);

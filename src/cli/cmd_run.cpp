@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/generator.h"
 
@@ -19,6 +20,9 @@ struct RunOptions {
   std::string prompt_file;
   std::string tokenizer_file;
   bool prompt_given = false;
+  bool chat = false;
+  std::string system;
+  ChatTemplateOptions chat_template;
 };
 
 int run(RunOptions& o) {
@@ -40,22 +44,35 @@ int run(RunOptions& o) {
   auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
   if (!o.tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_spm_file(o.tokenizer_file));
   const Tokenizer& tok = model->tokenizer();
-  const std::vector<int32_t> tokens = tok.encode(prompt, tok.vocab().add_bos);
-  if (tokens.empty()) throw UsageError("the prompt is empty and this model adds no BOS token: nothing to start from");
+  if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
+    throw UsageError("--system and --chat-template apply with --chat (-cnv)");
 
   Session session(*model, session_params(o.model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
-  spdlog::debug("prompt: {} tokens, context {}, threads {}, seed {}", tokens.size(), session.n_ctx(),
-                session.n_threads(), sampler.seed());
 
   bool ends_with_newline = true;
-  const GenerationStats st = generator.generate(tokens, o.gen.n_predict, [&](std::string_view text) {
+  const auto print = [&](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     ends_with_newline = text.back() == '\n';
-  });
+  };
+  GenerationStats st;
+  if (o.chat) {
+    std::string origin;
+    Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &origin));
+    chat.set_system(o.system);
+    spdlog::debug("chat template: {}; context {}, threads {}, seed {}", origin, session.n_ctx(), session.n_threads(),
+                  sampler.seed());
+    st = chat.send(prompt, o.gen.n_predict, print).stats;
+  } else {
+    const std::vector<int32_t> tokens = tok.encode(prompt, tok.vocab().add_bos);
+    if (tokens.empty()) throw UsageError("the prompt is empty and this model adds no BOS token: nothing to start from");
+    spdlog::debug("prompt: {} tokens, context {}, threads {}, seed {}", tokens.size(), session.n_ctx(),
+                  session.n_threads(), sampler.seed());
+    st = generator.generate(tokens, o.gen.n_predict, print);
+  }
   if (!ends_with_newline) std::fputc('\n', stdout);
   std::fflush(stdout);
   if (st.stop == StopReason::context_full)
@@ -76,6 +93,10 @@ void register_run(CLI::App& app, Action& action) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->each([o](const std::string&) { o->prompt_given = true; });
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' for stdin)");
   cmd->add_option("--tokenizer", o->tokenizer_file, "Use this SentencePiece tokenizer.model instead of the GGUF's");
+  cmd->add_flag("--chat,--conversation", o->chat,
+                "Treat the prompt as a user message in the model's chat template (also -cnv)");
+  cmd->add_option("--system", o->system, "System prompt (with --chat)");
+  add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
   add_log_options(*cmd, o->log);

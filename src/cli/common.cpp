@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include "kernels/kernels.h"
+#include "kiln/chat.h"
 #include "kiln/error.h"
+#include "kiln/gguf.h"
 
 namespace kiln::cli {
 
@@ -99,6 +101,44 @@ SessionParams session_params(const ModelOptions& opts) {
   p.n_batch = opts.n_batch;
   p.n_threads = opts.n_threads;
   return p;
+}
+
+std::string builtin_template_names() {
+  std::string names;
+  for (const std::string& n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
+}
+
+void add_chat_template_options(CLI::App& app, ChatTemplateOptions& opts) {
+  app.add_option("--chat-template", opts.name, "Built-in chat template instead of the model's: " + builtin_template_names());
+  app.add_option("--chat-template-file", opts.file, "Jinja2 chat template file instead of the model's");
+}
+
+ChatTemplate select_chat_template(const Model& model, const ChatTemplateOptions& opts, std::string* description) {
+  if (!opts.name.empty() && !opts.file.empty())
+    throw UsageError("give either --chat-template or --chat-template-file, not both");
+  std::string source, origin;
+  if (!opts.name.empty()) {
+    const char* builtin = builtin_chat_template(opts.name);
+    if (!builtin) throw UsageError("unknown chat template '" + opts.name + "' (built in: " + builtin_template_names() + ")");
+    source = builtin;
+    origin = "built-in " + opts.name;
+  } else if (!opts.file.empty()) {
+    source = read_text_file(opts.file);
+    origin = opts.file;
+  } else if (const gguf::Value* v = model.file().find("tokenizer.chat_template"); v && v->type == gguf::ValueType::STRING) {
+    source = v->s;
+    origin = "the model's tokenizer.chat_template";
+  } else {
+    source = Chat::plain_template();
+    origin = "plain text (the model has no chat template; --chat-template NAME picks one)";
+  }
+  if (description) *description = origin;
+  try {
+    return ChatTemplate(std::move(source));
+  } catch (const TemplateError& e) {
+    throw Error(origin + ": " + e.what() + " (use a built-in one instead: --chat-template " + builtin_template_names() + ")");
+  }
 }
 
 std::string read_text_file(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "kiln/chat_template.h"
 #include "kiln/model.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
@@ -35,6 +36,20 @@ struct GenerationOptions {
   bool ignore_eos = false;
 };
 void add_sampling_options(CLI::App& app, GenerationOptions& opts);
+
+// Which chat template a conversation uses: --chat-template NAME (built in),
+// --chat-template-file FILE, else the model's tokenizer.chat_template, else plain text
+// continuation (completion models ship none).
+struct ChatTemplateOptions {
+  std::string name;
+  std::string file;
+};
+void add_chat_template_options(CLI::App& app, ChatTemplateOptions& opts);
+// Throws kiln::Error naming the source, with the built-in names to fall back on, when the
+// template does not parse. `*description` (optional) says where it came from.
+ChatTemplate select_chat_template(const Model& model, const ChatTemplateOptions& opts,
+                                  std::string* description = nullptr);
+std::string builtin_template_names();
 
 // Applies --quiet/--verbose to the stderr logger.
 void setup_logging(const LogOptions& opts);

@@ -1,6 +1,9 @@
 // kiln: one binary, subcommands like llama.cpp's tools and ollama. Errors are caught
 // here, printed once, and turned into the exit code: 0 ok, 1 runtime error, 2 usage error.
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <iostream>
 
 #include "cli/common.h"
@@ -21,8 +24,13 @@ int main(int argc, char** argv) {
   register_quantize(app, action);
   register_template(app, action);
 
+  // llama.cpp's users type -cnv; CLI11 only knows one-letter short options.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args)
+    if (a == "-cnv") a = "--chat";
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;

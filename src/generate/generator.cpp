@@ -41,6 +41,26 @@ void Generator::reset() {
   sampler_.reset();
 }
 
+void Generator::truncate(size_t n) {
+  if (n >= history_.size()) return;
+  history_.resize(n);
+  if ((size_t)session_.n_past() > n) session_.truncate((int32_t)n);
+  resync_sampler();
+}
+
+void Generator::set_history(std::vector<int32_t> tokens) {
+  if ((size_t)session_.n_past() > tokens.size())
+    throw Error("conversation of " + std::to_string(tokens.size()) + " tokens, but the cache holds " +
+                std::to_string(session_.n_past()));
+  history_ = std::move(tokens);
+  resync_sampler();
+}
+
+void Generator::resync_sampler() {
+  sampler_.reset();
+  for (int32_t t : history_) sampler_.accept(t);
+}
+
 GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int32_t n_predict,
                                     const std::function<void(std::string_view)>& on_text,
                                     const std::atomic<bool>* cancel) {

@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "model/architecture.h"
+#include "runtime/hash64.h"
 
 namespace kiln {
 namespace {
@@ -20,6 +21,22 @@ std::string dims_string(const std::vector<uint64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
+}
+
+uint64_t float_bits(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+// Token strings are what give saved token ids their meaning; scores only steer how new
+// text is split, so a retuned tokenizer with the same pieces keeps old sessions valid.
+uint64_t vocab_hash(const Vocab& v) {
+  Hash64 h;
+  h.str(v.model);
+  h.u64(v.tokens.size());
+  for (const std::string& t : v.tokens) h.str(t);
+  return h.digest();
 }
 
 }  // namespace
@@ -84,6 +101,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
     throw Error(path + ": tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
                 " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
 
+  model->vocab_hash_ = vocab_hash(model->tokenizer_->vocab());
   if (params.repack) model->pack_weights();
 
   std::map<TensorType, uint64_t> bytes_by_type;
@@ -100,6 +118,55 @@ void Model::replace_tokenizer(std::unique_ptr<Tokenizer> tokenizer) {
     throw Error("tokenizer has " + std::to_string(tokenizer->n_vocab()) + " tokens but the model only " +
                 std::to_string(config_.n_vocab));
   tokenizer_ = std::move(tokenizer);
+  vocab_hash_ = vocab_hash(tokenizer_->vocab());
+}
+
+uint64_t Model::identity() const {
+  std::call_once(weights_hash_once_, [this] { weights_hash_ = hash_weights(); });
+  const uint64_t parts[2] = {weights_hash_, vocab_hash_};
+  return Hash64::of(parts, sizeof parts);
+}
+
+// Hashing whole tensors would read the entire file (seconds for GBs); three 4 KiB samples
+// per tensor still tell any two independently produced weight files apart, since their
+// bytes differ everywhere. The samples are the file's bytes (TensorInfo::data), not the
+// packed copies, so packing or not gives the same identity; pages that packing released
+// come back from the page cache.
+uint64_t Model::hash_weights() const {
+  const ModelConfig& c = config_;
+  Hash64 h;
+  h.str("kiln model identity 1");
+  h.str(c.arch);
+  for (uint64_t v : {c.n_ctx_train, c.dim, c.n_layers, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.n_rot, c.n_vocab})
+    h.u64(v);
+  h.u64(float_bits(c.rope_theta));
+  h.u64(c.rope_neox);
+  h.u64(float_bits(c.rms_eps));
+  h.u64(file_->tensors().size());
+  constexpr uint64_t kSample = 4096;
+  for (const gguf::TensorInfo& t : file_->tensors()) {
+    h.str(t.name);
+    h.u64(static_cast<uint64_t>(t.type));
+    h.u64(t.dims.size());
+    for (uint64_t d : t.dims) h.u64(d);
+    h.u64(t.n_bytes);
+    if (t.n_bytes <= 3 * kSample) {
+      h.update(t.data, t.n_bytes);
+    } else {
+      h.update(t.data, kSample);
+      h.update(t.data + (t.n_bytes - kSample) / 2, kSample);
+      h.update(t.data + t.n_bytes - kSample, kSample);
+    }
+  }
+  return h.digest();
+}
+
+std::string Model::identity_hex() const {
+  static const char kDigits[] = "0123456789abcdef";
+  const uint64_t id = identity();
+  std::string s(16, '0');
+  for (int i = 0; i < 16; ++i) s[i] = kDigits[(id >> (60 - 4 * i)) & 15];
+  return s;
 }
 
 Model::PackedArena::~PackedArena() {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -310,6 +311,52 @@ int32_t Session::n_past() const { return impl_->n_past; }
 int32_t Session::n_ctx() const { return impl_->n_ctx; }
 int32_t Session::n_threads() const { return impl_->pool.size(); }
 const Model& Session::model() const { return impl_->model; }
+
+KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
+  const KvCache& kv = impl_->kv_cache;
+  KvStateDesc d;
+  d.kv_type = KvCache::kStateType;
+  d.n_layers = (uint32_t)kv.n_layers();
+  d.kv_dim = (uint32_t)kv.kv_dim();
+  d.n_pos = n_pos;
+  d.layer_bytes = n_pos > 0 ? KvCache::state_layer_bytes(size_t(n_pos), kv.kv_dim()) : 0;
+  return d;
+}
+
+void Session::write_kv_state(const std::function<void(const void*, size_t)>& sink) const {
+  const KvCache& kv = impl_->kv_cache;
+  for (size_t l = 0; l < kv.n_layers(); ++l) kv.write_state(l, size_t(impl_->n_past), sink);
+}
+
+void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(void*, size_t)>& source) {
+  Impl& s = *impl_;
+  if (desc.n_pos < 0 || desc.n_pos > s.n_ctx)
+    throw Error("a saved KV cache of " + std::to_string(desc.n_pos) + " positions does not fit a context of " +
+                std::to_string(s.n_ctx));
+  if (!(desc == kv_state_desc(desc.n_pos)))
+    throw Error("the saved KV cache (type " + std::to_string(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
+                " layers of width " + std::to_string(desc.kv_dim) + ") does not match this model's (type " +
+                std::to_string(KvCache::kStateType) + ", " + std::to_string(s.kv_cache.n_layers()) +
+                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + ")");
+  try {
+    for (size_t l = 0; l < s.kv_cache.n_layers(); ++l) s.kv_cache.read_state(l, size_t(desc.n_pos), source);
+  } catch (...) {
+    s.n_past = 0;
+    throw;
+  }
+  s.n_past = desc.n_pos;
+}
+
+void Session::read_kv_state(const KvStateDesc& desc, std::span<const uint8_t> data) {
+  if (data.size() != desc.bytes())
+    throw Error("the saved KV cache has " + std::to_string(data.size()) + " bytes, expected " +
+                std::to_string(desc.bytes()));
+  size_t at = 0;
+  read_kv_state(desc, [&](void* dst, size_t bytes) {
+    std::memcpy(dst, data.data() + at, bytes);
+    at += bytes;
+  });
+}
 
 void Session::truncate(int32_t n) {
   if (n < 0 || n > impl_->n_past) throw Error("cannot truncate a session of " + std::to_string(impl_->n_past) +

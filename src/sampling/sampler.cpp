@@ -34,15 +34,20 @@ sampling::CandidateSet run_chain(const SamplerParams& p, std::span<const float> 
 Sampler::Sampler(const SamplerParams& params, int32_t n_vocab)
     : params_(params), n_vocab_(n_vocab), seed_(params.seed) {
   if (n_vocab <= 0) throw Error("sampler: n_vocab must be positive, got " + std::to_string(n_vocab));
+  set_params(params);
+}
+
+void Sampler::set_params(const SamplerParams& params) {
   if (params.penalty_last_n < -1)
     throw UsageError("penalty_last_n must be >= -1, got " + std::to_string(params.penalty_last_n));
   if (!(params.repeat_penalty > 0.0f))
     throw UsageError("repeat_penalty must be > 0, got " + std::to_string(params.repeat_penalty));
+  params_ = params;
   if (params.penalty_last_n > 0) {
     history_.reserve(static_cast<size_t>(params.penalty_last_n));
     window_.reserve(static_cast<size_t>(params.penalty_last_n));
   }
-  reseed();
+  reset();
 }
 
 void Sampler::reseed() {

@@ -1,0 +1,250 @@
+#include "cli/chat_commands.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "kiln/error.h"
+#include "kiln/session_file.h"
+
+namespace kiln::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double per_second(int32_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
+
+void say(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }
+
+void print_help() {
+  say("commands:\n"
+      "  /set temp|top_k|top_p|min_p|repeat_penalty|seed|num_predict VALUE\n"
+      "  /set system TEXT       the system prompt (same as /system TEXT)\n"
+      "  /set verbose|quiet     show or hide per-turn token counts and speeds\n"
+      "  /system [TEXT]         show or set the system prompt ('/system' + nothing shows it)\n"
+      "  /show info|template|parameters|system\n"
+      "  /stats                 tokens in the context, speed of the last turn\n"
+      "  /clear                 start a new conversation (the system prompt stays)\n"
+      "  /save FILE             save the conversation and its KV cache\n"
+      "  /load FILE             resume a saved conversation\n"
+      "  /bye                   leave (or Ctrl-D)\n"
+      "Ctrl-C stops an answer (the conversation keeps it). \"\"\" starts and ends a multi-line message.");
+}
+
+std::string parameters_text(const ChatState& s) {
+  const SamplerParams& p = s.sampler.params();
+  std::ostringstream o;
+  o << "temp " << p.temperature << "\ntop_k " << p.top_k << "\ntop_p " << p.top_p << "\nmin_p " << p.min_p
+    << "\nrepeat_penalty " << p.repeat_penalty << "\nseed " << s.sampler.seed() << "\nnum_predict " << s.gen.n_predict;
+  return o.str();
+}
+
+template <typename T>
+T parse_number(const std::string& name, const std::string& value) {
+  std::istringstream in(value);
+  T v{};
+  in >> v;
+  if (in.fail() || !(in >> std::ws).eof()) throw UsageError("/set " + name + ": '" + value + "' is not a number");
+  return v;
+}
+
+void set_parameter(ChatState& s, const std::string& name, const std::string& value) {
+  if (name == "system") {
+    s.chat.set_system(value);
+    say(value.empty() ? "(system prompt removed)" : "(system prompt set)");
+    return;
+  }
+  if (name == "verbose" || name == "quiet") {
+    s.verbose = name == "verbose";
+    say(s.verbose ? "(per-turn statistics on)" : "(per-turn statistics off)");
+    return;
+  }
+  if (value.empty()) throw UsageError("/set " + name + " needs a value (see /help)");
+  SamplerParams p = s.sampler.params();
+  if (name == "temp" || name == "temperature") p.temperature = parse_number<float>(name, value);
+  else if (name == "top_k") p.top_k = parse_number<int32_t>(name, value);
+  else if (name == "top_p") p.top_p = parse_number<float>(name, value);
+  else if (name == "min_p") p.min_p = parse_number<float>(name, value);
+  else if (name == "repeat_penalty") p.repeat_penalty = parse_number<float>(name, value);
+  else if (name == "seed") p.seed = parse_number<uint64_t>(name, value);
+  else if (name == "num_predict" || name == "n_predict") {
+    s.gen.n_predict = parse_number<int32_t>(name, value);
+    say("(num_predict " + value + ")");
+    return;
+  } else {
+    throw UsageError("/set: unknown parameter '" + name + "' (see /help)");
+  }
+  s.sampler.set_params(p);
+  s.generator.resync_sampler();
+  say("(" + name + " " + value + ")");
+}
+
+void show(const ChatState& s, const std::string& what) {
+  if (what == "info") {
+    const ModelConfig& c = s.model.config();
+    std::ostringstream o;
+    o << "model          " << s.model_path << "\narchitecture   " << c.arch << "\nparameters     " << s.model.n_params()
+      << "\nweights        " << type_name(c.weight_type) << "\ncontext        " << s.session.n_ctx() << " (trained "
+      << c.n_ctx_train << ")\nlayers         " << c.n_layers << ", dim " << c.dim << ", heads " << c.n_heads << " / "
+      << c.n_kv_heads << " kv\nchat template  " << s.template_origin;
+    say(o.str());
+  } else if (what == "template") {
+    say(s.chat.chat_template().source());
+  } else if (what == "parameters") {
+    say(parameters_text(s));
+  } else if (what == "system") {
+    say(s.chat.system().empty() ? "(no system prompt)" : s.chat.system());
+  } else {
+    throw UsageError("/show: expected info, template, parameters or system");
+  }
+}
+
+void print_stats(const ChatState& s) {
+  const GenerationStats& st = s.last.stats;
+  std::ostringstream o;
+  o << "context: " << s.chat.n_tokens() << " / " << s.session.n_ctx() << " tokens (" << s.session.n_past()
+    << " cached)";
+  if (st.n_prompt + st.n_generated > 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "\nlast turn: prompt %d tokens evaluated (%d reused from the cache) at %.1f tok/s, "
+                  "reply %d tokens at %.1f tok/s",
+                  st.n_prompt, s.last.n_reused, per_second(st.n_prompt, st.prompt_ms), st.n_generated,
+                  per_second(st.n_generated, st.generate_ms));
+    o << line;
+  }
+  say(o.str());
+}
+
+// The words after the command: "/set temp 0.5" -> name "temp", rest "0.5".
+std::pair<std::string, std::string> split_first(const std::string& text) {
+  const size_t start = text.find_first_not_of(" \t");
+  if (start == std::string::npos) return {"", ""};
+  const size_t end = text.find_first_of(" \t", start);
+  if (end == std::string::npos) return {text.substr(start), ""};
+  const size_t rest = text.find_first_not_of(" \t", end);
+  return {text.substr(start, end - start), rest == std::string::npos ? "" : text.substr(rest)};
+}
+
+}  // namespace
+
+CommandResult run_command(ChatState& s, const std::string& line) {
+  const auto [command, args] = split_first(line);
+  try {
+    if (command == "/bye" || command == "/exit" || command == "/quit") return CommandResult::quit;
+    if (command == "/help" || command == "/?") {
+      print_help();
+    } else if (command == "/clear") {
+      s.chat.clear();
+      s.last = {};
+      say("(new conversation)");
+    } else if (command == "/system") {
+      if (args.empty()) show(s, "system");
+      else set_parameter(s, "system", args);
+    } else if (command == "/set") {
+      const auto [name, value] = split_first(args);
+      if (name.empty()) throw UsageError("/set needs a parameter (see /help)");
+      set_parameter(s, name, value);
+    } else if (command == "/show") {
+      show(s, split_first(args).first);
+    } else if (command == "/stats") {
+      print_stats(s);
+    } else if (command == "/save") {
+      if (args.empty()) throw UsageError("/save needs a file name");
+      save_chat(s, args);
+    } else if (command == "/load") {
+      if (args.empty()) throw UsageError("/load needs a file name");
+      load_chat(s, args);
+    } else {
+      throw UsageError("unknown command " + command + " (try /help)");
+    }
+  } catch (const Error& e) {
+    say("kiln: " + std::string(e.what()));
+  }
+  return CommandResult::handled;
+}
+
+void report_turn(const ChatState& s, const ChatTurn& turn) {
+  const GenerationStats& st = turn.stats;
+  if (st.stop == StopReason::cancelled) say("(stopped)");
+  if (st.stop == StopReason::context_full)
+    say("(the context of " + std::to_string(s.session.n_ctx()) + " tokens is full: /clear to start over, or raise -c)");
+  if (!s.verbose) return;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "[prompt: %d tokens evaluated, %d reused, %.1f tok/s | reply: %d tokens, %.1f tok/s | context %zu/%d]",
+                st.n_prompt, turn.n_reused, per_second(st.n_prompt, st.prompt_ms), st.n_generated,
+                per_second(st.n_generated, st.generate_ms), s.chat.n_tokens(), s.session.n_ctx());
+  say(line);
+}
+
+void save_chat(const ChatState& s, const std::string& path, bool quiet) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SamplerParams& p = s.sampler.params();
+  const ordered_json app = {
+      {"kiln_chat", 1},
+      {"chat", s.chat.state()},
+      {"parameters",
+       {{"temperature", p.temperature}, {"top_k", p.top_k}, {"top_p", p.top_p}, {"min_p", p.min_p},
+        {"repeat_penalty", p.repeat_penalty}, {"seed", p.seed}, {"num_predict", s.gen.n_predict}}},
+  };
+  save_session_file(path, s.session, s.generator.history(), app.dump());
+  if (!quiet) {
+    char line[512];
+    std::snprintf(line, sizeof line, "(saved %zu tokens to %s in %.1f ms)", s.generator.history().size(), path.c_str(),
+                  ms_since(t0));
+    say(line);
+  }
+}
+
+bool load_chat(ChatState& s, const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadedSession loaded;
+  try {
+    loaded = load_session_file(path, s.session);
+  } catch (const Error& e) {
+    say("kiln: " + std::string(e.what()));
+    return false;
+  }
+  // The cache now holds the file's conversation; the rest must follow or all is cleared.
+  try {
+    s.generator.set_history(std::move(loaded.tokens));
+    ordered_json app;
+    try {
+      app = ordered_json::parse(loaded.app_data);
+    } catch (const nlohmann::json::exception&) {
+      throw Error("not a kiln chat");
+    }
+    if (!app.is_object() || !app.contains("chat")) throw Error("not a kiln chat");
+    s.chat.restore(app["chat"]);
+    if (app.contains("parameters") && app["parameters"].is_object()) {
+      const ordered_json& q = app["parameters"];
+      SamplerParams p = s.sampler.params();
+      p.temperature = q.value("temperature", p.temperature);
+      p.top_k = q.value("top_k", p.top_k);
+      p.top_p = q.value("top_p", p.top_p);
+      p.min_p = q.value("min_p", p.min_p);
+      p.repeat_penalty = q.value("repeat_penalty", p.repeat_penalty);
+      p.seed = q.value("seed", p.seed);
+      s.sampler.set_params(p);
+      s.generator.resync_sampler();
+      s.gen.n_predict = q.value("num_predict", s.gen.n_predict);
+    }
+  } catch (const std::exception& e) {
+    s.chat.clear();
+    say("kiln: " + path + ": " + e.what() + " (starting a new conversation)");
+    return false;
+  }
+  s.last = {};
+  char line[512];
+  std::snprintf(line, sizeof line, "(resumed %zu tokens, %zu messages from %s in %.1f ms)", s.chat.n_tokens(),
+                s.chat.messages().size(), path.c_str(), ms_since(t0));
+  say(line);
+  return true;
+}
+
+}  // namespace kiln::cli
