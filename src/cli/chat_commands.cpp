@@ -23,9 +23,9 @@ void say(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); 
 void print_help() {
   say("commands:\n"
       "  /set temp|top_k|top_p|min_p|repeat_penalty|seed|num_predict VALUE\n"
-      "  /set system TEXT       the system prompt (same as /system TEXT)\n"
+      "  /set system TEXT|off   the system prompt (same as /system TEXT)\n"
       "  /set verbose|quiet     show or hide per-turn token counts and speeds\n"
-      "  /system [TEXT]         show or set the system prompt ('/system' + nothing shows it)\n"
+      "  /system [TEXT|off]     show, set or remove the system prompt\n"
       "  /show info|template|parameters|system\n"
       "  /stats                 tokens in the context, speed of the last turn\n"
       "  /clear                 start a new conversation (the system prompt stays)\n"
@@ -54,8 +54,9 @@ T parse_number(const std::string& name, const std::string& value) {
 
 void set_parameter(ChatState& s, const std::string& name, const std::string& value) {
   if (name == "system") {
-    s.chat.set_system(value);
-    say(value.empty() ? "(system prompt removed)" : "(system prompt set)");
+    if (value.empty()) throw UsageError("/set system needs a text, or 'off' to remove it");
+    s.chat.set_system(value == "off" ? "" : value);
+    say(value == "off" ? "(system prompt removed)" : "(system prompt set)");
     return;
   }
   if (name == "verbose" || name == "quiet") {

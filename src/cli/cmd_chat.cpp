@@ -44,7 +44,12 @@ int chat(ChatOptions& o) {
   if (!o.session_file.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(o.session_file, ec)) {
-      if (!load_chat(state, o.session_file)) std::fprintf(stderr, "(starting a new conversation)\n");
+      if (!load_chat(state, o.session_file)) {
+        // Saving over it after the first turn would destroy what may be someone's other chat.
+        std::fprintf(stderr, "(starting a new conversation; %s is left as it is, /save FILE keeps this one)\n",
+                     o.session_file.c_str());
+        o.session_file.clear();
+      }
     } else {
       spdlog::info("kiln: {} does not exist yet: a new conversation, saved there after each turn", o.session_file);
     }
@@ -54,7 +59,7 @@ int chat(ChatOptions& o) {
   LineEditor editor("kiln", default_history_path());
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive)
-    std::fprintf(stderr, "kiln chat (%s): type a message, /help for commands, \"\"\" for several lines, Ctrl-D to leave.\n",
+    std::fprintf(stderr, "kiln chat, template: %s\nType a message; /help for commands, \"\"\" for several lines, Ctrl-D to leave.\n",
                  template_origin.c_str());
 
   while (true) {
