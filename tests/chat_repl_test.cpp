@@ -121,8 +121,8 @@ TEST(ChatPty, ScriptedSession) {
 TEST(ChatPipe, SaveClearLoadContinuesOnTheCache) {
   const std::string saved = temp_dir() + "/pipe.kiln";
   auto r = kiln_run("chat " + shell_quote(model()) + " -n 12 --temp 0 --verbose",
-                    "Once upon a time\n/save " + saved + "\n/clear\nHello\n/load " + saved +
-                        "\nThe dog\n/bye\nnever read\n");
+                    "/set top_k 7\nOnce upon a time\n/save " + saved + "\n/clear\n/set top_k 3\nHello\n/load " + saved +
+                        "\n/show parameters\nThe dog\n/bye\nnever read\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find(">>>"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\x1b"), std::string::npos) << "escape codes in piped output";
@@ -131,6 +131,7 @@ TEST(ChatPipe, SaveClearLoadContinuesOnTheCache) {
   EXPECT_EQ(reports[1].reused, 0) << "after /clear nothing is reused: " << r.err;
   EXPECT_GE(reports[2].reused, 5 + 12 - 1) << "after /load the saved turn is reused: " << r.err;
   EXPECT_EQ(count(r.out, "\n"), 3u) << r.out;
+  EXPECT_NE(r.err.find("\ntop_k 7\n"), std::string::npos) << "/load restores the saved settings: " << r.err;
 }
 
 // kiln chat --session: the second run resumes the first one's cache and answers exactly as
@@ -154,9 +155,14 @@ TEST(ChatSession, SecondRunResumesAndAnswersAsOneRunWould) {
   EXPECT_EQ(first.out + second.out, together.out);
 
   // The file holds both turns now (four messages): a third run resumes them.
-  auto third = kiln_run(args, "/stats\n");
+  // Sampling settings come from this command line, not from the file (-n 3, not 16).
+  auto third = kiln_run("chat " + shell_quote(model()) + " -n 3 --temp 0 --verbose --session " + shell_quote(file),
+                        "/stats\nThe end\n");
   ASSERT_EQ(third.exit_code, 0) << third.err;
   EXPECT_NE(third.err.find(" 4 messages"), std::string::npos) << third.err;
+  const auto third_reports = turn_reports(third.err);
+  ASSERT_EQ(third_reports.size(), 1u) << third.err;
+  EXPECT_EQ(third_reports[0].reply, 3) << third.err;
 }
 
 // Refused files: the message names the file and the reason, the chat starts clean and the

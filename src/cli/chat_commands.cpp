@@ -202,7 +202,7 @@ void save_chat(const ChatState& s, const std::string& path, bool quiet) {
   }
 }
 
-bool load_chat(ChatState& s, const std::string& path) {
+bool load_chat(ChatState& s, const std::string& path, bool restore_parameters) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedSession loaded;
   try {
@@ -222,7 +222,7 @@ bool load_chat(ChatState& s, const std::string& path) {
     }
     if (!app.is_object() || !app.contains("chat")) throw Error("not a kiln chat");
     s.chat.restore(app["chat"]);
-    if (app.contains("parameters") && app["parameters"].is_object()) {
+    if (restore_parameters && app.contains("parameters") && app["parameters"].is_object()) {
       const ordered_json& q = app["parameters"];
       SamplerParams p = s.sampler.params();
       p.temperature = q.value("temperature", p.temperature);

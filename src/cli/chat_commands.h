@@ -34,7 +34,8 @@ void report_turn(const ChatState& state, const ChatTurn& turn);
 
 // The conversation with its KV cache (and the sampling settings) to/from a session file.
 // load_chat prints why a file is refused and returns false; the chat is then unchanged.
+// /load restores the saved sampling settings; --session leaves those of the command line.
 void save_chat(const ChatState& state, const std::string& path, bool quiet = false);
-bool load_chat(ChatState& state, const std::string& path);
+bool load_chat(ChatState& state, const std::string& path, bool restore_parameters = true);
 
 }  // namespace kiln::cli

@@ -44,7 +44,7 @@ int chat(ChatOptions& o) {
   if (!o.session_file.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(o.session_file, ec)) {
-      if (!load_chat(state, o.session_file)) {
+      if (!load_chat(state, o.session_file, /*restore_parameters=*/false)) {
         // Saving over it after the first turn would destroy what may be someone's other chat.
         std::fprintf(stderr, "(starting a new conversation; %s is left as it is, /save FILE keeps this one)\n",
                      o.session_file.c_str());
@@ -83,7 +83,7 @@ int chat(ChatOptions& o) {
       std::fflush(stdout);
       state.last = turn;
       report_turn(state, turn);
-      if (!o.session_file.empty()) save_chat(state, o.session_file, /*quiet=*/true);
+      if (!o.session_file.empty()) save_chat(state, o.session_file, /*quiet=*/!state.verbose);
     } catch (const Error& e) {
       // The turn failed as a whole: the conversation is as it was before it.
       std::fflush(stdout);
@@ -103,7 +103,7 @@ void register_chat(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_option("--session", o->session_file,
-                  "Resume the conversation saved in this file (with its KV cache) and save it there after each turn");
+                  "Resume the conversation saved in this file (with its KV cache; sampling settings come from this command line) and save it there after each turn");
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
