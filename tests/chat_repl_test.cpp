@@ -112,6 +112,7 @@ TEST(ChatPty, ScriptedSession) {
     EXPECT_GE(reports[3].reused, reports[2].reused + reports[2].evaluated + reports[2].reply - 1) << p.transcript();
   }
 
+  EXPECT_NE(p.output().find("\x1b[1;32m>>>"), std::string::npos) << "a terminal gets a coloured prompt";
   p.send("\x04");
   EXPECT_EQ(p.wait(), 0) << p.transcript();
   EXPECT_NE(read_file(dir + "/history").find("The\\040cat\\040sat"), std::string::npos);
@@ -122,7 +123,7 @@ TEST(ChatPipe, SaveClearLoadContinuesOnTheCache) {
   const std::string saved = temp_dir() + "/pipe.kiln";
   auto r = kiln_run("chat " + shell_quote(model()) + " -n 12 --temp 0 --verbose",
                     "/set top_k 7\nOnce upon a time\n/save " + saved + "\n/clear\n/set top_k 3\nHello\n/load " + saved +
-                        "\n/show parameters\nThe dog\n/bye\nnever read\n");
+                        "\n/show parameters\n/help\n/show info\n/show template\n/nonsense\nThe dog\n/bye\nnever read\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find(">>>"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\x1b"), std::string::npos) << "escape codes in piped output";
@@ -132,6 +133,10 @@ TEST(ChatPipe, SaveClearLoadContinuesOnTheCache) {
   EXPECT_GE(reports[2].reused, 5 + 12 - 1) << "after /load the saved turn is reused: " << r.err;
   EXPECT_EQ(count(r.out, "\n"), 3u) << r.out;
   EXPECT_NE(r.err.find("\ntop_k 7\n"), std::string::npos) << "/load restores the saved settings: " << r.err;
+  EXPECT_NE(r.err.find("/load FILE"), std::string::npos) << "/help lists the commands: " << r.err;
+  EXPECT_NE(r.err.find("architecture   llama"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("for m in messages"), std::string::npos) << "/show template prints its source: " << r.err;
+  EXPECT_NE(r.err.find("unknown command /nonsense"), std::string::npos) << r.err;
 }
 
 // kiln chat --session: the second run resumes the first one's cache and answers exactly as

@@ -1,10 +1,12 @@
 // Chat: turns rendered by a chat template, and only what the KV cache lacks evaluated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "kiln/chat.h"
 #include "kiln/error.h"
+#include "kiln/gguf.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -167,6 +169,51 @@ TEST(Chat, StateRestoresOntoTheSameTokens) {
   bad["segments"].push_back({3, "x"});
   EXPECT_THROW(b.chat.restore(bad), Error);
   EXPECT_THROW(b.chat.restore(ordered_json::parse(R"({"system": 3})")), Error);
+}
+
+// stories260K with its metadata naming `eot` as the end-of-turn token.
+std::unique_ptr<Model> stories_with_eot(int32_t eot) {
+  auto file = gguf::File::open(test::shared_path("models/stories260K.gguf"));
+  gguf::Writer w;
+  for (const auto& [key, value] : file->metadata()) w.set(key, value);
+  w.set("tokenizer.ggml.eot_token_id", gguf::Value::of_u32((uint32_t)eot));
+  for (const auto& t : file->tensors())
+    w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const std::string path = test::temp_dir() + "/stories-eot.gguf";
+  w.write(path);
+  return Model::load(path);
+}
+
+// The model's end-of-turn token ends the reply, is not part of its text, and the next turn
+// re-evaluates it only because the template writes its own marker there instead.
+TEST(Chat, EndOfTurnTokenEndsTheReply) {
+  const char* chatml = builtin_chat_template("chatml");
+  Rig plain(chatml);
+  plain.chat.send("Once upon a time", 8, ignore);
+  const std::vector<int32_t>& h = plain.generator.history();
+  const std::vector<int32_t> reply(h.end() - 8, h.end());
+  // The first reply token that did not occur before it becomes the end-of-turn token.
+  size_t stop_at = 1;
+  while (stop_at < reply.size() && std::find(reply.begin(), reply.begin() + stop_at, reply[stop_at]) !=
+                                       reply.begin() + stop_at)
+    ++stop_at;
+  ASSERT_LT(stop_at, reply.size());
+
+  auto model = stories_with_eot(reply[stop_at]);
+  Session session(*model, {.n_ctx = 512, .n_batch = 512, .n_threads = 1});
+  Sampler sampler(greedy(), model->config().n_vocab);
+  Generator generator(session, model->tokenizer(), sampler);
+  Chat chat(generator, model->tokenizer(), ChatTemplate(chatml));
+  const ChatTurn t1 = chat.send("Once upon a time", 8, ignore);
+  EXPECT_EQ(t1.stats.stop, StopReason::end_of_generation);
+  EXPECT_EQ(t1.stats.n_generated, (int32_t)stop_at + 1);
+  EXPECT_EQ(t1.reply, model->tokenizer().decode(std::vector<int32_t>(reply.begin(), reply.begin() + stop_at)));
+  EXPECT_EQ(chat.messages().back()["content"], t1.reply);
+  const size_t n_history = generator.history().size();
+  EXPECT_EQ(generator.history().back(), reply[stop_at]);
+
+  const ChatTurn t2 = chat.send("The dog", 4, ignore);
+  EXPECT_EQ(t2.n_reused, (int32_t)n_history - 1) << "all but the end-of-turn token stay cached";
 }
 
 }  // namespace
