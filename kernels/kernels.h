@@ -82,6 +82,10 @@ struct Ops {
   // b times the per-row size). Lets a caller convert once for several gemm calls.
   size_t (*prepared_bytes)(TensorType w_type, size_t k, size_t n_batch);
   void (*prepare)(TensorType w_type, const float* x, size_t ldx, size_t k, size_t b0, size_t b1, void* out);
+
+  // x[i] = exp(x[i] - max), returns the sum (exp(-inf) = 0): the unnormalized softmax that
+  // tiled attention rescales block by block.
+  float (*exp_sum)(float* x, size_t n, float max);
 };
 
 // Writes rows [r0, r1) (r0 a multiple of 16) of a file-layout weight of `type` into the

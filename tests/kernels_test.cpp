@@ -574,6 +574,30 @@ TEST(VectorOps, SoftmaxMatchesFloat64) {
   }
 }
 
+// exp_sum (the unnormalized softmax of tiled attention) vs float64, with a max that is
+// not the row's own (a running max from earlier blocks) and masked entries.
+TEST(VectorOps, ExpSumMatchesFloat64) {
+  std::mt19937 rng(18);
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (size_t n : kSizes) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
+      auto x = random_floats(n, rng, -20.0f, 20.0f);
+      if (n > 4) x[2] = -INFINITY;
+      const auto in = x;
+      const float max = 25.0f;
+      const float sum = o.exp_sum(x.data(), n, max);
+      double want_sum = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double want = std::exp((double)in[i] - max);
+        ASSERT_NEAR(x[i], want, 2e-6 * want + 1e-30) << i;
+        want_sum += want;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum + 1e-30);
+    }
+  }
+}
+
 // silu(g) * up vs float64 with g across exp's whole useful range; with up = 1 and
 // g < 0 the result is ~g * e^g, so this also pins the exp approximation to 2e-6 relative.
 TEST(VectorOps, SwigluMatchesFloat64) {

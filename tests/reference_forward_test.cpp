@@ -249,10 +249,13 @@ void announce_isa() {
   testing::Test::RecordProperty("isa", current_isa());
 }
 
+// An f32 KV cache: the float64 reference keeps keys and values exactly (tests/kv_cache_test
+// bounds what the smaller cache types add).
 kiln::SessionParams params(int32_t n_batch, int32_t n_threads = 2) {
   kiln::SessionParams p;
   p.n_batch = n_batch;
   p.n_threads = n_threads;
+  p.kv_type_k = p.kv_type_v = kiln::TensorType::F32;
   return p;
 }
 

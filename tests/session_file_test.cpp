@@ -197,7 +197,7 @@ TEST(SessionKvState, InMemoryRoundTripAndRefusals) {
   a.write_kv_state([&](const void* p, size_t n) { state.insert(state.end(), (const uint8_t*)p, (const uint8_t*)p + n); });
   const KvStateDesc desc = a.kv_state_desc(a.n_past());
   ASSERT_EQ(state.size(), desc.bytes());
-  EXPECT_EQ(desc.kv_type, 0u);
+  EXPECT_EQ(desc.kv_type, 1u | 1u << 3) << "the default cache: f16 keys, f16 values transposed";
   EXPECT_EQ(desc.n_layers, stories().config().n_layers);
 
   Session b(stories(), params(int32_t(tokens.size()) + 1));  // the state and one more token

@@ -16,7 +16,7 @@ namespace kiln {
 // runtime knows what the bytes of a kv_type mean; files store this description and a
 // reader compares it with what its own session would write.
 struct KvStateDesc {
-  uint32_t kv_type = 0;      // 0: f32 (the only cache type so far)
+  uint32_t kv_type = 0;      // the cache's types and layout (0: f32 keys, f32 transposed values)
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;       // key (and value) width per position and layer
   int32_t n_pos = 0;         // positions held
@@ -25,10 +25,19 @@ struct KvStateDesc {
   bool operator==(const KvStateDesc&) const = default;
 };
 
+// Tiled attention with an online softmax (flash-attention style): no score buffer as long
+// as the context, keys and values read a block of positions at a time. Needed for
+// quantized values; automatic turns it on exactly then.
+enum class FlashAttention { automatic, on, off };
+
 struct SessionParams {
   int32_t n_ctx = 0;      // 0: the model's context_length capped at 4096
   int32_t n_batch = 512;  // tokens per prefill step (matrix x matrix)
   int32_t n_threads = 0;  // 0: physical cores
+  // KV cache storage: F32, F16, BF16, Q8_0 or Q4_0 (quantized values need flash attention).
+  TensorType kv_type_k = TensorType::F16;
+  TensorType kv_type_v = TensorType::F16;
+  FlashAttention flash_attn = FlashAttention::automatic;
 };
 
 class Session {
@@ -47,6 +56,8 @@ class Session {
   int32_t n_past() const;
   int32_t n_ctx() const;
   int32_t n_threads() const;
+  bool flash_attn() const;       // the attention in use
+  double kv_cache_bytes() const;  // allocated for the whole context
   // Forgets positions >= n (the next decode continues from n).
   void truncate(int32_t n);
   void reset() { truncate(0); }

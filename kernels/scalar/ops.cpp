@@ -114,16 +114,20 @@ void rmsnorm(const float* x, const float* weight, float* out, size_t n, float ep
   for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
-void softmax(float* x, size_t n) {
-  if (n == 0) return;
-  float max = x[0];
-  for (size_t i = 1; i < n; ++i) max = x[i] > max ? x[i] : max;
+float exp_sum(float* x, size_t n, float max) {
   float sum = 0.0f;
   for (size_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - max);
     sum += x[i];
   }
-  const float inv = 1.0f / sum;
+  return sum;
+}
+
+void softmax(float* x, size_t n) {
+  if (n == 0) return;
+  float max = x[0];
+  for (size_t i = 1; i < n; ++i) max = x[i] > max ? x[i] : max;
+  const float inv = 1.0f / exp_sum(x, n, max);
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
@@ -171,7 +175,7 @@ const Ops kScalarOps = {
     Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
     add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
     f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
-    no_packing,  no_packing,    no_prepare,
+    no_packing,  no_packing,    no_prepare,    exp_sum,
 };
 
 }  // namespace

@@ -91,9 +91,15 @@ int info(InfoOptions& o) {
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
   const uint32_t n_ctx = std::min<uint32_t>(c.n_ctx_train, 4096);
-  const double kv = KvCache::bytes_for(c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim);
-  std::printf("memory:       %s weights (mapped) + %s KV cache at context %u (f32)\n",
-              human_bytes((double)model->weight_bytes()).c_str(), human_bytes(kv).c_str(), n_ctx);
+  // The cache at the default context for each type -ctk/-ctv can pick (keys and values alike).
+  std::string per_type;
+  for (TensorType t : {TensorType::F16, TensorType::F32, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+    KvCache::Shape s{c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim, c.head_dim, t, t, KvCache::is_one_value(t)};
+    if (!KvCache::is_one_value(t) && s.kv_dim % 32 != 0) continue;
+    per_type += (per_type.empty() ? "" : ", ") + human_bytes(KvCache::bytes_for(s)) + " " + KvCache::type_label(t);
+  }
+  std::printf("memory:       %s weights (mapped) + KV cache at context %u: %s\n",
+              human_bytes((double)model->weight_bytes()).c_str(), n_ctx, per_type.c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,24 @@
 #include "kiln/gguf.h"
 
 namespace kiln::cli {
+namespace {
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = (char)std::tolower((unsigned char)ch);
+  return s;
+}
+
+}  // namespace
+
+TensorType cache_type(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "f32") return TensorType::F32;
+  if (n == "f16") return TensorType::F16;
+  if (n == "bf16") return TensorType::BF16;
+  if (n == "q8_0") return TensorType::Q8_0;
+  if (n == "q4_0") return TensorType::Q4_0;
+  throw UsageError("unknown KV cache type '" + name + "' (f32, f16, bf16, q8_0, q4_0)");
+}
 
 void add_log_options(CLI::App& app, LogOptions& opts) {
   app.add_flag("-q,--quiet", opts.quiet, "Print only the requested output (no load info or timings)");
@@ -27,6 +46,15 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("-b,--batch-size", opts.n_batch, "Tokens per prefill step")->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", opts.n_threads, "Threads (0: physical cores)")->check(CLI::NonNegativeNumber);
+  const auto cache_types = CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}, CLI::ignore_case);
+  app.add_option("--cache-type-k", opts.cache_type_k, "KV cache type of keys (also -ctk): f32, f16, bf16, q8_0, q4_0")
+      ->check(cache_types)->capture_default_str();
+  app.add_option("--cache-type-v", opts.cache_type_v,
+                 "KV cache type of values (also -ctv); q8_0 and q4_0 need flash attention")
+      ->check(cache_types)->capture_default_str();
+  app.add_option("--flash-attn", opts.flash_attn,
+                 "Tiled attention with an online softmax (also -fa): on, off, auto (on when the cache types need it)")
+      ->check(CLI::IsMember({"on", "off", "auto"}, CLI::ignore_case))->capture_default_str();
   add_repack_flag(app, opts.no_repack);
 }
 
@@ -100,6 +128,10 @@ SessionParams session_params(const ModelOptions& opts) {
   p.n_ctx = opts.n_ctx;
   p.n_batch = opts.n_batch;
   p.n_threads = opts.n_threads;
+  p.kv_type_k = cache_type(opts.cache_type_k);
+  p.kv_type_v = cache_type(opts.cache_type_v);
+  const std::string fa = lower(opts.flash_attn);
+  p.flash_attn = fa == "on" ? FlashAttention::on : fa == "off" ? FlashAttention::off : FlashAttention::automatic;
   return p;
 }
 

@@ -24,7 +24,12 @@ struct ModelOptions {
   int32_t n_batch = 512;
   int32_t n_threads = 0;
   bool no_repack = false;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
+  std::string flash_attn = "auto";
 };
+
+// A KV cache type by its llama.cpp name (f32, f16, bf16, q8_0, q4_0); UsageError otherwise.
+TensorType cache_type(const std::string& name);
 
 // -m/--model is also accepted positionally by each command.
 void add_log_options(CLI::App& app, LogOptions& opts);

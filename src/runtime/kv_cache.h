@@ -1,67 +1,97 @@
 #pragma once
-// Contiguous per-layer KV cache, preallocated for the whole context: keys and values of
-// every position processed so far, so decoding computes only the new token's K and V.
-// Keys are stored by position (a row per token); values transposed (a row per dimension)
-// so that both attention products, Q K^T and P V, are gemms over contiguous rows.
-#include <algorithm>
+// Per-layer KV cache, preallocated for the whole context: keys and values of every
+// position processed so far, so decoding computes only the new token's K and V.
+//
+// Storage types: f32, f16, bf16 (one value each) and q8_0, q4_0 (blocks of 32 values
+// along a position's row, as in GGUF; a block may span heads when head_dim < 32).
+// Keys are stored by position: [layer][pos][kv_dim]. Values are either transposed,
+// [layer][kv_dim][n_ctx], so that attention's P V is a gemm over contiguous rows (only
+// for one-value types: a quantized block cannot be written one position at a time), or
+// by position like keys, read a block of positions at a time by tiled attention.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "kiln/tensor_type.h"
 
 namespace kiln {
 
 class KvCache {
  public:
-  KvCache(size_t n_layers, size_t n_ctx, size_t kv_dim)
-      : n_layers_(n_layers), n_ctx_(n_ctx), kv_dim_(kv_dim), k_(n_layers * n_ctx * kv_dim), vt_(n_layers * n_ctx * kv_dim) {}
+  struct Shape {
+    size_t n_layers = 0, n_ctx = 0, kv_dim = 0, head_dim = 0;
+    TensorType k_type = TensorType::F32, v_type = TensorType::F32;
+    bool v_transposed = true;
+  };
 
-  // Key row of kv_dim floats for (layer, position).
-  const float* k(size_t layer, size_t pos) const { return &k_[(layer * n_ctx_ + pos) * kv_dim_]; }
-  // Values of a layer as [kv_dim][n_ctx]: row d holds dimension d of every position.
-  const float* vt(size_t layer) const { return &vt_[layer * kv_dim_ * n_ctx_]; }
+  // Throws kiln::Error when a type is not a cache type or does not fit the shape.
+  explicit KvCache(const Shape& shape);
 
-  void store(size_t layer, size_t pos, const float* k_row, const float* v_row) {
-    std::copy_n(k_row, kv_dim_, &k_[(layer * n_ctx_ + pos) * kv_dim_]);
-    float* vt = &vt_[layer * kv_dim_ * n_ctx_ + pos];
-    for (size_t d = 0; d < kv_dim_; ++d) vt[d * n_ctx_] = v_row[d];
-  }
+  static bool is_cache_type(TensorType t);  // f32 f16 bf16 q8_0 q4_0
+  static bool is_one_value(TensorType t);   // f32 f16 bf16
+  static std::string type_label(TensorType t);  // the -ctk/-ctv name: "q8_0"
+  static void check(const Shape& shape);
+  // Bytes of keys and values for a cache of this shape (before allocating one).
+  static double bytes_for(const Shape& shape);
+  static size_t row_bytes(TensorType t, size_t n);  // n values of t (n a multiple of its block)
 
-  size_t n_layers() const { return n_layers_; }
-  size_t n_ctx() const { return n_ctx_; }
-  size_t kv_dim() const { return kv_dim_; }
+  const Shape& shape() const { return s_; }
+  size_t n_layers() const { return s_.n_layers; }
+  size_t n_ctx() const { return s_.n_ctx; }
+  size_t kv_dim() const { return s_.kv_dim; }
+  double bytes() const { return bytes_for(s_); }
 
-  // Saved state (session files): the first n positions of a layer as the cache holds
-  // them minus the unused tail, keys [n][kv_dim] then values [kv_dim][n]. Both directions
-  // are whole-row copies whatever n_ctx is on either side, so a 2,000-token state moves
-  // at memcpy speed. Only this block knows the layout; a new cache type (f16, q8_0) gets
-  // a new kState* number and its own rows here.
-  static constexpr uint32_t kStateF32 = 0;
-  static constexpr uint32_t kStateType = kStateF32;
-  static uint64_t state_layer_bytes(size_t n, size_t kv_dim) { return 2 * uint64_t(n) * kv_dim * sizeof(float); }
+  // Key row of (layer, pos), k_row_bytes() long.
+  const uint8_t* k_row(size_t layer, size_t pos) const { return &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]; }
+  size_t k_row_bytes() const { return k_row_bytes_; }
+  // Value row of (layer, pos) when !v_transposed.
+  const uint8_t* v_row(size_t layer, size_t pos) const { return &v_[(layer * s_.n_ctx + pos) * v_row_bytes_]; }
+  size_t v_row_bytes() const { return v_row_bytes_; }
+  // Transposed values of a layer: row d (dimension d of every position) at vt(layer) + d * vt_row_bytes().
+  const uint8_t* vt(size_t layer) const { return &v_[layer * s_.kv_dim * vt_row_bytes_]; }
+  size_t vt_row_bytes() const { return vt_row_bytes_; }
+
+  // Converts and stores the new position's keys and values (kv_dim floats each).
+  void store(size_t layer, size_t pos, const float* k, const float* v);
+
+  // Values [e0, e0 + n) of positions j0..j0+nj-1 as floats: keys to out[j][.] (row
+  // stride ld), values (stored by position: !v_transposed) transposed to out[e][.] (row
+  // stride ld). n <= 512.
+  void keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
+  void values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
+
+  // Saved state (session files): the first n positions of a layer, keys by position
+  // then values in the cache's own layout minus the unused tail. Whole-row copies
+  // whatever n_ctx is on either side. state_type() encodes the types and the layout; the
+  // plain f32 transposed cache is 0, the code of the first files.
+  uint32_t state_type() const;
+  static std::string state_type_name(uint32_t code);  // "f16 keys, q8_0 values by position"
+  uint64_t state_layer_bytes(size_t n) const;
   template <typename Sink>  // sink(const void* data, size_t bytes)
   void write_state(size_t layer, size_t n, Sink&& sink) const {
     if (n == 0) return;
-    sink(k(layer, 0), n * kv_dim_ * sizeof(float));
-    for (size_t d = 0; d < kv_dim_; ++d) sink(vt(layer) + d * n_ctx_, n * sizeof(float));
+    sink(k_row(layer, 0), n * k_row_bytes_);
+    if (!s_.v_transposed) return sink(v_row(layer, 0), n * v_row_bytes_);
+    const size_t elem = vt_row_bytes_ / s_.n_ctx;
+    for (size_t d = 0; d < s_.kv_dim; ++d) sink(vt(layer) + d * vt_row_bytes_, n * elem);
   }
-  // The mirror of write_state: source(void* dst, size_t bytes) fills each row in the same
-  // order; n <= n_ctx().
+  // The mirror of write_state: source(void* dst, size_t bytes) fills each piece in the
+  // same order; n <= n_ctx().
   template <typename Source>
   void read_state(size_t layer, size_t n, Source&& source) {
     if (n == 0) return;
-    source(&k_[layer * n_ctx_ * kv_dim_], n * kv_dim_ * sizeof(float));
-    for (size_t d = 0; d < kv_dim_; ++d) source(&vt_[(layer * kv_dim_ + d) * n_ctx_], n * sizeof(float));
-  }
-
-  // Bytes of keys and values for a cache of this shape (before allocating one).
-  static double bytes_for(size_t n_layers, size_t n_ctx, size_t kv_dim) {
-    return 2.0 * double(n_layers) * double(n_ctx) * double(kv_dim) * sizeof(float);
+    source(&k_[layer * s_.n_ctx * k_row_bytes_], n * k_row_bytes_);
+    if (!s_.v_transposed) return source(&v_[layer * s_.n_ctx * v_row_bytes_], n * v_row_bytes_);
+    const size_t elem = vt_row_bytes_ / s_.n_ctx;
+    for (size_t d = 0; d < s_.kv_dim; ++d) source(&v_[(layer * s_.kv_dim + d) * vt_row_bytes_], n * elem);
   }
 
  private:
-  size_t n_layers_, n_ctx_, kv_dim_;
-  std::vector<float> k_;   // [n_layers][n_ctx][kv_dim]
-  std::vector<float> vt_;  // [n_layers][kv_dim][n_ctx]
+  Shape s_;
+  size_t k_row_bytes_ = 0, v_row_bytes_ = 0, vt_row_bytes_ = 0;
+  std::vector<uint8_t> k_, v_;
+  std::vector<uint8_t> v_converted_;  // one value row in v_type, for the transposed store
 };
 
 }  // namespace kiln

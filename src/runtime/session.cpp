@@ -17,17 +17,33 @@
 namespace kiln {
 namespace {
 
-// The context size to allocate for, refused with a clear message before any allocation
-// when the KV cache could not fit in this machine's memory.
-int32_t resolve_n_ctx(const ModelConfig& c, const SessionParams& p) {
+// Tiled attention when asked for, or when the cache types leave no other way: values
+// stored in blocks cannot be kept transposed, and keys in blocks wider than a head cannot
+// be sliced per head by the gemm.
+bool use_flash(const ModelConfig& c, const SessionParams& p) {
+  const bool k_by_head = KvCache::is_one_value(p.kv_type_k) || c.head_dim % 32 == 0;
+  const bool needs_tiled = !KvCache::is_one_value(p.kv_type_v) || !k_by_head;
+  if (p.flash_attn == FlashAttention::off && needs_tiled)
+    throw Error("KV cache types " + KvCache::type_label(p.kv_type_k) + "/" + KvCache::type_label(p.kv_type_v) +
+                " with head dimension " +
+                std::to_string(c.head_dim) + " need flash attention (-fa on)");
+  return p.flash_attn == FlashAttention::on || needs_tiled;
+}
+
+// The cache's shape; its size refused with a clear message before any allocation when it
+// could not fit in this machine's memory.
+KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
-  const double kv_bytes = KvCache::bytes_for(c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim);
+  KvCache::Shape s{c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim, c.head_dim,
+                   p.kv_type_k, p.kv_type_v, !use_flash(c, p)};
+  KvCache::check(s);
+  const double kv_bytes = KvCache::bytes_for(s);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   if (ram > 0 && kv_bytes > ram)
     throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
-                " GiB of KV cache, more than this machine's memory; lower -c");
-  return (int32_t)n_ctx;
+                " GiB of KV cache, more than this machine's memory; lower -c or use a smaller cache type (-ctk/-ctv)");
+  return s;
 }
 
 }  // namespace
@@ -36,9 +52,11 @@ struct Session::Impl {
   const Model& model;
   const ModelConfig& c;
   const kernels::Ops& ops;
+  KvCache::Shape kv_shape_;  // before the cache: checked and sized first
   int32_t n_ctx, n_batch;
   ThreadPool pool;
   KvCache kv_cache;
+  bool flash;
   int32_t n_past = 0;
 
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
@@ -52,15 +70,20 @@ struct Session::Impl {
   std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up
   std::vector<float> hb2;     // [B][ffn_dim] up
   static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
-  std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights
+  std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
+  // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
+  static constexpr size_t kTileRows = 256, kTileKeys = 256;
+  std::vector<float> tile_scratch;  // [n_threads][tile_floats()]
   std::vector<float> logits;  // [n_out][n_vocab]
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()), ops(kernels::ops()),
-        n_ctx(resolve_n_ctx(m.config(), p)),
+        kv_shape_(kv_shape(m.config(), p)),
+        n_ctx((int32_t)kv_shape_.n_ctx),
         n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
-        kv_cache(m.config().n_layers, (size_t)n_ctx, size_t(m.config().n_kv_heads) * m.config().head_dim) {
+        kv_cache(kv_shape_),
+        flash(!kv_shape_.v_transposed) {
     const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
     x.resize(B * c.dim);
     xb.resize(B * c.dim);
@@ -70,7 +93,8 @@ struct Session::Impl {
     att.resize(B * q_dim);
     hb.resize(B * c.ffn_dim);
     hb2.resize(B * c.ffn_dim);
-    scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
+    if (flash) tile_scratch.resize(size_t(pool.size()) * tile_floats());
+    else scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
     size_t max_rows = m.output.rows;
     const auto size_for = [&](const WeightView& w) {
       if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
@@ -180,11 +204,29 @@ struct Session::Impl {
     }
   }
 
-  // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l.
-  // One head per task, blocks of queries at a time, as two gemms: S = Q K^T (then scaled,
-  // softmaxed over the keys each query may see, zero beyond), and O = S V.
+  // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l,
+  // into att.
   void attention(size_t l, int32_t pos0, size_t B) {
-    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, kv_dim = kv_cache.kv_dim();
+    if (flash) attention_tiled(l, pos0, B);
+    else attention_direct(l, pos0, B);
+  }
+
+  // Keys of KV head kvh as gemm weights (rows = positions from 0).
+  kernels::GemmArgs key_rows(size_t l, size_t kvh) const {
+    const TensorType t = kv_shape_.k_type;
+    kernels::GemmArgs a{};
+    a.w_type = t;
+    a.w = kv_cache.k_row(l, 0) + KvCache::row_bytes(t, kvh * c.head_dim);
+    a.w_row_bytes = kv_cache.k_row_bytes();
+    return a;
+  }
+
+  // With the values transposed in the cache: one head per task, blocks of queries at a
+  // time, as two gemms: S = Q K^T (then scaled, softmaxed over the keys each query may
+  // see, zero beyond), and O = S V.
+  void attention_direct(size_t l, int32_t pos0, size_t B) {
+    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, vt_row = kv_cache.vt_row_bytes();
+    const TensorType v_type = kv_shape_.v_type;
     const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
     const float scale = 1.0f / std::sqrt((float)hd);
     const auto heads = [&](int tid, int nth) {
@@ -194,8 +236,10 @@ struct Session::Impl {
         for (size_t b0 = 0; b0 < B; b0 += kQueryBlock) {
           const size_t nb = std::min(kQueryBlock, B - b0);
           const size_t n_keys = size_t(pos0) + b0 + nb;  // what the block's last query sees
-          ops.gemm({TensorType::F32, kv_cache.k(l, 0) + kvh * hd, kv_dim * sizeof(float), &q[b0 * q_dim + h * hd],
-                    q_dim, S, n_keys, hd, nb, 0, n_keys});
+          kernels::GemmArgs qk = key_rows(l, kvh);
+          qk.x = &q[b0 * q_dim + h * hd], qk.ldx = q_dim, qk.y = S, qk.ldy = n_keys;
+          qk.k = hd, qk.n_batch = nb, qk.r0 = 0, qk.r1 = n_keys;
+          ops.gemm(qk);
           for (size_t b = 0; b < nb; ++b) {
             float* row = S + b * n_keys;
             const size_t visible = size_t(pos0) + b0 + b + 1;
@@ -203,8 +247,8 @@ struct Session::Impl {
             ops.softmax(row, visible);
             std::fill(row + visible, row + n_keys, 0.0f);
           }
-          ops.gemm({TensorType::F32, kv_cache.vt(l) + kvh * hd * n_ctx, size_t(n_ctx) * sizeof(float), S, n_keys,
-                    &att[b0 * q_dim + h * hd], q_dim, n_keys, nb, 0, hd});
+          ops.gemm({v_type, kv_cache.vt(l) + kvh * hd * vt_row, vt_row, S, n_keys, &att[b0 * q_dim + h * hd], q_dim,
+                    n_keys, nb, 0, hd});
         }
       }
     };
@@ -222,14 +266,16 @@ struct Session::Impl {
         const size_t g_end = (part + 1) * group / parts;
         for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
           const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
-          ops.gemm({TensorType::F32, kv_cache.k(l, 0) + kvh * hd, kv_dim * sizeof(float), &q[h0 * hd], hd, S, n_keys,
-                    hd, nh, 0, n_keys});
+          kernels::GemmArgs qk = key_rows(l, kvh);
+          qk.x = &q[h0 * hd], qk.ldx = hd, qk.y = S, qk.ldy = n_keys;
+          qk.k = hd, qk.n_batch = nh, qk.r0 = 0, qk.r1 = n_keys;
+          ops.gemm(qk);
           for (size_t i = 0; i < nh; ++i) {
             ops.scale(S + i * n_keys, scale, n_keys);
             ops.softmax(S + i * n_keys, n_keys);
           }
-          ops.gemm({TensorType::F32, kv_cache.vt(l) + kvh * hd * n_ctx, size_t(n_ctx) * sizeof(float), S, n_keys,
-                    &att[h0 * hd], hd, n_keys, nh, 0, hd});
+          ops.gemm({v_type, kv_cache.vt(l) + kvh * hd * vt_row, vt_row, S, n_keys, &att[h0 * hd], hd, n_keys, nh, 0,
+                    hd});
         }
       }
     };
@@ -237,6 +283,92 @@ struct Session::Impl {
     const bool one_thread = c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1;
     if (B == 1) one_thread ? kv_groups(0, 1) : pool.run(kv_groups);
     else one_thread ? heads(0, 1) : pool.run(heads);
+  }
+
+  size_t tile_floats() const {
+    const size_t hd = c.head_dim;
+    // Q rows, O rows, a block of O, scores, keys as floats, values transposed, max and sum.
+    return 3 * kTileRows * hd + kTileRows * kTileKeys + 2 * kTileKeys * hd + 2 * kTileRows;
+  }
+
+  // Tiled attention (FlashAttention's online softmax): a task takes some query heads of
+  // one KV head and a block of queries, and walks the keys a block at a time, keeping
+  // per row the running max m, the running sum l of exp(s - m) and the output scaled to
+  // that max. Each key and value block is read once per task, whatever its type.
+  void attention_tiled(size_t l, int32_t pos0, size_t B) {
+    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, group = c.n_heads / c.n_kv_heads;
+    const float scale = 1.0f / std::sqrt((float)hd);
+    const bool k_by_head = KvCache::is_one_value(kv_shape_.k_type) || hd % 32 == 0;
+    // Tasks: (KV head, part of its query heads, block of queries), at least one per thread.
+    const size_t n_qblocks_min = 1;
+    size_t parts = std::max<size_t>((group + kTileRows - 1) / kTileRows,
+                                    (size_t(pool.size()) + c.n_kv_heads * n_qblocks_min - 1) / (c.n_kv_heads * n_qblocks_min));
+    parts = std::min(parts, group);
+    const size_t heads_per_part = (group + parts - 1) / parts;
+    const size_t nb_max = std::max<size_t>(1, kTileRows / heads_per_part);
+    const size_t n_qblocks = (B + nb_max - 1) / nb_max;
+    const size_t n_tasks = c.n_kv_heads * parts * n_qblocks;
+
+    const auto run = [&](int tid, int nth) {
+      float* Qs = &tile_scratch[size_t(tid) * tile_floats()];  // [rows][hd]
+      float* O = Qs + kTileRows * hd;                          // [rows][hd]
+      float* Ob = O + kTileRows * hd;                          // [rows][hd]
+      float* S = Ob + kTileRows * hd;                          // [rows][nk]
+      float* Kf = S + kTileRows * kTileKeys;                   // [nk][hd]
+      float* Vt = Kf + kTileKeys * hd;                         // [hd][nk]
+      float* m = Vt + kTileKeys * hd;                          // [rows]
+      float* lsum = m + kTileRows;                             // [rows]
+      for (size_t t = tid; t < n_tasks; t += nth) {
+        const size_t kvh = t / (parts * n_qblocks), part = t / n_qblocks % parts, qb = t % n_qblocks;
+        const size_t g0 = part * group / parts, nh = (part + 1) * group / parts - g0;
+        const size_t b0 = qb * nb_max, nb = std::min(nb_max, B - b0), rows = nh * nb;
+        // Row i is query head kvh * group + g0 + i / nb at batch position b0 + i % nb.
+        const auto q_row = [&](size_t i) { return (b0 + i % nb) * q_dim + (kvh * group + g0 + i / nb) * hd; };
+        for (size_t i = 0; i < rows; ++i) {
+          std::copy_n(&q[q_row(i)], hd, Qs + i * hd);
+          std::fill_n(O + i * hd, hd, 0.0f);
+          m[i] = -INFINITY, lsum[i] = 0.0f;
+        }
+        const size_t n_keys = size_t(pos0) + b0 + nb;  // what the last query sees
+        for (size_t j0 = 0; j0 < n_keys; j0 += kTileKeys) {
+          const size_t nk = std::min(kTileKeys, n_keys - j0);
+          kernels::GemmArgs qk = key_rows(l, kvh);
+          if (k_by_head) {
+            qk.w = static_cast<const uint8_t*>(qk.w) + j0 * kv_cache.k_row_bytes();
+          } else {
+            kv_cache.keys_to_f32(l, j0, nk, kvh * hd, hd, Kf, hd);
+            qk.w_type = TensorType::F32, qk.w = Kf, qk.w_row_bytes = hd * sizeof(float);
+          }
+          qk.x = Qs, qk.ldx = hd, qk.y = S, qk.ldy = nk, qk.k = hd, qk.n_batch = rows, qk.r0 = 0, qk.r1 = nk;
+          ops.gemm(qk);
+          for (size_t i = 0; i < rows; ++i) {
+            float* s_row = S + i * nk;
+            const size_t seen = size_t(pos0) + b0 + i % nb + 1;  // keys this query may see
+            const size_t visible = seen > j0 ? std::min(nk, seen - j0) : 0;
+            if (visible > 0) {
+              ops.scale(s_row, scale, visible);
+              float block_max = s_row[0];
+              for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, s_row[j]);
+              const float m_new = std::max(m[i], block_max);
+              const float correction = std::exp(m[i] - m_new);  // 0 for the first block
+              lsum[i] = lsum[i] * correction + ops.exp_sum(s_row, visible, m_new);
+              if (correction != 1.0f) ops.scale(O + i * hd, correction, hd);
+              m[i] = m_new;
+            }
+            std::fill(s_row + visible, s_row + nk, 0.0f);
+          }
+          kv_cache.values_to_f32_transposed(l, j0, nk, kvh * hd, hd, Vt, nk);
+          ops.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
+          for (size_t i = 0; i < rows; ++i) ops.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
+        }
+        for (size_t i = 0; i < rows; ++i) {
+          ops.scale(O + i * hd, 1.0f / lsum[i], hd);
+          std::copy_n(O + i * hd, hd, &att[q_row(i)]);
+        }
+      }
+    };
+    const bool one_thread = c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1;
+    one_thread ? run(0, 1) : pool.run(run);
   }
 
   // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;
@@ -310,16 +442,18 @@ std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all
 int32_t Session::n_past() const { return impl_->n_past; }
 int32_t Session::n_ctx() const { return impl_->n_ctx; }
 int32_t Session::n_threads() const { return impl_->pool.size(); }
+bool Session::flash_attn() const { return impl_->flash; }
+double Session::kv_cache_bytes() const { return impl_->kv_cache.bytes(); }
 const Model& Session::model() const { return impl_->model; }
 
 KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
   const KvCache& kv = impl_->kv_cache;
   KvStateDesc d;
-  d.kv_type = KvCache::kStateType;
+  d.kv_type = kv.state_type();
   d.n_layers = (uint32_t)kv.n_layers();
   d.kv_dim = (uint32_t)kv.kv_dim();
   d.n_pos = n_pos;
-  d.layer_bytes = n_pos > 0 ? KvCache::state_layer_bytes(size_t(n_pos), kv.kv_dim()) : 0;
+  d.layer_bytes = n_pos > 0 ? kv.state_layer_bytes(size_t(n_pos)) : 0;
   return d;
 }
 
@@ -334,10 +468,10 @@ void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(vo
     throw Error("a saved KV cache of " + std::to_string(desc.n_pos) + " positions does not fit a context of " +
                 std::to_string(s.n_ctx));
   if (!(desc == kv_state_desc(desc.n_pos)))
-    throw Error("the saved KV cache (type " + std::to_string(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
-                " layers of width " + std::to_string(desc.kv_dim) + ") does not match this model's (type " +
-                std::to_string(KvCache::kStateType) + ", " + std::to_string(s.kv_cache.n_layers()) +
-                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + ")");
+    throw Error("the saved KV cache (" + KvCache::state_type_name(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
+                " layers of width " + std::to_string(desc.kv_dim) + ") does not match this session's (" +
+                KvCache::state_type_name(s.kv_cache.state_type()) + ", " + std::to_string(s.kv_cache.n_layers()) +
+                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + "; see -ctk, -ctv, -fa)");
   try {
     for (size_t l = 0; l < s.kv_cache.n_layers(); ++l) s.kv_cache.read_state(l, size_t(desc.n_pos), source);
   } catch (...) {

@@ -115,6 +115,8 @@ void rmsnorm(const float* x, const float* weight, float* out, size_t n, float ep
     store_tail(out + i, _mm256_mul_ps(_mm256_mul_ps(load_tail(x + i, n - i), inv), load_tail(weight + i, n - i)), n - i);
 }
 
+float exp_sum(float* x, size_t n, float max);
+
 void softmax(float* x, size_t n) {
   if (n == 0) return;
   const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
@@ -123,10 +125,14 @@ void softmax(float* x, size_t n) {
   for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
   float max = hmax(mv);
   for (size_t j = i; j < n; ++j) max = x[j] > max ? x[j] : max;
-  const __m256 maxv = _mm256_set1_ps(max);
+  scale(x, 1.0f / exp_sum(x, n, max), n);
+}
 
+float exp_sum(float* x, size_t n, float max) {
+  const __m256 maxv = _mm256_set1_ps(max);
   __m256 sv = _mm256_setzero_ps();
-  for (i = 0; i + 8 <= n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), maxv));
     _mm256_storeu_ps(x + i, e);
     sv = _mm256_add_ps(sv, e);
@@ -138,7 +144,7 @@ void softmax(float* x, size_t n) {
     store_tail(x + i, e, n - i);
     sv = _mm256_add_ps(sv, e);
   }
-  scale(x, 1.0f / hsum(sv), n);
+  return hsum(sv);
 }
 
 inline __m256 swiglu_ps(__m256 g, __m256 u) {
@@ -267,7 +273,7 @@ const Ops kOps = {
     Isa::avx2,    gemm_supports,  gemm,    dot,         axpy,        scale,
     add,          rmsnorm,        softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
-    packed_bytes, prepared_bytes, prepare,
+    packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 
 #ifdef KILN_HAVE_AVXVNNI
@@ -277,7 +283,7 @@ const Ops kOpsVnni = {
     Isa::avxvnni, gemm_supports,  gemm_vnni, dot,         axpy,        scale,
     add,          rmsnorm,        softmax,   swiglu,      rope,        fp16_to_f32,
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
-    packed_bytes, prepared_bytes, prepare,
+    packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 #endif
 

@@ -103,16 +103,22 @@ void rmsnorm(const float* x, const float* weight, float* out, size_t n, float ep
   }
 }
 
+float exp_sum(float* x, size_t n, float max_value);
+
 void softmax(float* x, size_t n) {
   if (n == 0) return;
   __m512 mv = _mm512_set1_ps(-__builtin_inff());
   size_t i = 0;
   for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
   if (i < n) mv = _mm512_mask_max_ps(mv, tail_mask(n - i), mv, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
-  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  scale(x, 1.0f / exp_sum(x, n, _mm512_reduce_max_ps(mv)), n);
+}
 
+float exp_sum(float* x, size_t n, float max_value) {
+  const __m512 max = _mm512_set1_ps(max_value);
   __m512 sv = _mm512_setzero_ps();
-  for (i = 0; i + 16 <= n; i += 16) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), max));
     _mm512_storeu_ps(x + i, e);
     sv = _mm512_add_ps(sv, e);
@@ -123,7 +129,7 @@ void softmax(float* x, size_t n) {
     _mm512_mask_storeu_ps(x + i, m, e);
     sv = _mm512_add_ps(sv, e);
   }
-  scale(x, 1.0f / _mm512_reduce_add_ps(sv), n);
+  return _mm512_reduce_add_ps(sv);
 }
 
 inline __m512 swiglu_ps(__m512 g, __m512 u) {
@@ -242,7 +248,7 @@ const Ops kOps = {
     Isa::avx512, gemm_supports, gemm,    dot,         axpy,        scale,
     add,         rmsnorm,       softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16, bf16_to_f32,   f32_to_bf16,
-    packed_bytes, prepared_bytes, prepare,
+    packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 
 }  // namespace

@@ -1,0 +1,148 @@
+#include "runtime/kv_cache.h"
+
+#include <cctype>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kBlock = 32;  // q8_0 and q4_0 values per block
+constexpr size_t kMaxSlice = 512;
+
+size_t value_bytes(TensorType t) { return t == TensorType::F32 ? 4 : 2; }
+
+// The state code of a type: 3 bits each for keys and values, bit 6 for values by position.
+uint32_t type_code(TensorType t) {
+  switch (t) {
+    case TensorType::F32: return 0;
+    case TensorType::F16: return 1;
+    case TensorType::BF16: return 2;
+    case TensorType::Q8_0: return 3;
+    case TensorType::Q4_0: return 4;
+    default: return 7;
+  }
+}
+
+// Floats of values [e0, e0 + n) of one row of `t` into out.
+void row_to_f32(TensorType t, const uint8_t* row, size_t e0, size_t n, float* out) {
+  const kernels::Ops& ops = kernels::ops();
+  switch (t) {
+    case TensorType::F32: std::memcpy(out, row + 4 * e0, n * sizeof(float)); return;
+    case TensorType::F16: ops.fp16_to_f32(reinterpret_cast<const uint16_t*>(row) + e0, out, n); return;
+    case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row) + e0, out, n); return;
+    default: break;
+  }
+  const size_t block_bytes = KvCache::row_bytes(t, kBlock);
+  if (e0 % kBlock == 0 && n % kBlock == 0) {
+    kernels::ref::dequantize_row(t, row + e0 / kBlock * block_bytes, out, n);
+    return;
+  }
+  // A head narrower than a block: dequantize the blocks it touches, keep its part.
+  float block[kBlock];
+  for (size_t b = e0 / kBlock; b * kBlock < e0 + n; ++b) {
+    kernels::ref::dequantize_row(t, row + b * block_bytes, block, kBlock);
+    const size_t lo = std::max(e0, b * kBlock), hi = std::min(e0 + n, (b + 1) * kBlock);
+    std::memcpy(out + (lo - e0), block + (lo - b * kBlock), (hi - lo) * sizeof(float));
+  }
+}
+
+void f32_to_row(TensorType t, const float* in, size_t n, uint8_t* row) {
+  const kernels::Ops& ops = kernels::ops();
+  switch (t) {
+    case TensorType::F32: std::memcpy(row, in, n * sizeof(float)); return;
+    case TensorType::F16: ops.f32_to_fp16(in, reinterpret_cast<uint16_t*>(row), n); return;
+    case TensorType::BF16: ops.f32_to_bf16(in, reinterpret_cast<uint16_t*>(row), n); return;
+    default: kernels::ref::quantize_row(t, in, row, n); return;
+  }
+}
+
+}  // namespace
+
+bool KvCache::is_cache_type(TensorType t) { return type_code(t) != 7; }
+
+std::string KvCache::type_label(TensorType t) {
+  std::string name = type_name(t);
+  for (char& ch : name) ch = (char)std::tolower((unsigned char)ch);
+  return name;
+}
+
+bool KvCache::is_one_value(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+}
+
+size_t KvCache::row_bytes(TensorType t, size_t n) {
+  if (is_one_value(t)) return n * value_bytes(t);
+  return n / kBlock * (t == TensorType::Q8_0 ? sizeof(kernels::block_q8_0) : sizeof(kernels::block_q4_0));
+}
+
+void KvCache::check(const Shape& s) {
+  for (const auto& [what, t] : {std::pair{"keys", s.k_type}, std::pair{"values", s.v_type}}) {
+    if (!is_cache_type(t))
+      throw Error("KV cache type " + type_label(t) + " for " + what + " is not supported (f32, f16, bf16, q8_0, q4_0)");
+    if (!is_one_value(t) && s.kv_dim % kBlock != 0)
+      throw Error("KV cache type " + type_label(t) + " needs a KV width that is a multiple of 32 (this model's is " +
+                  std::to_string(s.kv_dim) + ")");
+  }
+  if (s.v_transposed && !is_one_value(s.v_type))
+    throw Error("KV cache type " + type_label(s.v_type) + " for values needs flash attention (-fa on)");
+  if (s.head_dim == 0 || s.head_dim > kMaxSlice || s.kv_dim % s.head_dim != 0)
+    throw Error("KV cache: head dimension " + std::to_string(s.head_dim) + " is not supported");
+}
+
+double KvCache::bytes_for(const Shape& s) {
+  const double per_pos = double(row_bytes(s.k_type, s.kv_dim)) + double(row_bytes(s.v_type, s.kv_dim));
+  return double(s.n_layers) * double(s.n_ctx) * per_pos;
+}
+
+KvCache::KvCache(const Shape& shape) : s_(shape) {
+  check(s_);
+  k_row_bytes_ = row_bytes(s_.k_type, s_.kv_dim);
+  v_row_bytes_ = row_bytes(s_.v_type, s_.kv_dim);
+  vt_row_bytes_ = s_.v_transposed ? s_.n_ctx * value_bytes(s_.v_type) : 0;
+  k_.resize(s_.n_layers * s_.n_ctx * k_row_bytes_);
+  v_.resize(s_.n_layers * s_.n_ctx * v_row_bytes_);
+  v_converted_.resize(v_row_bytes_);
+}
+
+void KvCache::store(size_t layer, size_t pos, const float* k, const float* v) {
+  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]);
+  if (!s_.v_transposed) return f32_to_row(s_.v_type, v, s_.kv_dim, &v_[(layer * s_.n_ctx + pos) * v_row_bytes_]);
+  f32_to_row(s_.v_type, v, s_.kv_dim, v_converted_.data());
+  const size_t elem = value_bytes(s_.v_type);
+  uint8_t* column = &v_[layer * s_.kv_dim * vt_row_bytes_ + pos * elem];
+  for (size_t d = 0; d < s_.kv_dim; ++d) std::memcpy(column + d * vt_row_bytes_, &v_converted_[d * elem], elem);
+}
+
+void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const {
+  for (size_t j = 0; j < nj; ++j) row_to_f32(s_.k_type, k_row(layer, j0 + j), e0, n, out + j * ld);
+}
+
+void KvCache::values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out,
+                                       size_t ld) const {
+  float row[kMaxSlice];
+  for (size_t j = 0; j < nj; ++j) {
+    row_to_f32(s_.v_type, v_row(layer, j0 + j), e0, n, row);
+    for (size_t e = 0; e < n; ++e) out[e * ld + j] = row[e];
+  }
+}
+
+uint32_t KvCache::state_type() const {
+  return type_code(s_.k_type) | type_code(s_.v_type) << 3 | uint32_t(!s_.v_transposed) << 6;
+}
+
+std::string KvCache::state_type_name(uint32_t code) {
+  static const char* const names[8] = {"f32", "f16", "bf16", "q8_0", "q4_0", "?", "?", "?"};
+  if (code >> 7) return "type " + std::to_string(code);
+  return std::string(names[code & 7]) + " keys, " + names[code >> 3 & 7] + " values" +
+         (code >> 6 & 1 ? " by position" : "");
+}
+
+uint64_t KvCache::state_layer_bytes(size_t n) const {
+  return uint64_t(n) * (k_row_bytes_ + v_row_bytes_);
+}
+
+}  // namespace kiln
