@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kiln/model.h"
@@ -68,6 +69,8 @@ class Session {
   // with tokens, checks and a checksum). kv_state_desc(n) is what this session writes for
   // n positions (any n >= 0, to check a file before anything is read).
   KvStateDesc kv_state_desc(int32_t n_pos) const;
+  // What a KvStateDesc::kv_type means, in words: "f16 keys, q8_0 values by position".
+  static std::string kv_type_name(uint32_t kv_type);
   // Calls sink(data, bytes) with the first n_past() positions of every layer, layer after
   // layer: kv_state_desc(n_past()).bytes() bytes in all, in row-sized pieces.
   void write_kv_state(const std::function<void(const void* data, size_t bytes)>& sink) const;

@@ -39,11 +39,15 @@ struct BenchOptions {
   bool roofline = false;
   int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
   bool no_repack = false;
+  std::vector<std::string> type_k{"f16"}, type_v{"f16"}, flash{"auto"};
+  std::vector<int32_t> depth{0};
 };
 
 struct TestResult {
   int32_t n_prompt = 0, n_gen = 0, n_threads = 0;
   bool kv_cache = true;
+  std::string type_k = "f16", type_v = "f16", flash = "auto";
+  int32_t depth = 0;  // tokens already in the cache when the test starts (llama-bench -d)
   std::vector<double> samples_ns;
   std::vector<double> roofline_gbs;  // --roofline: measured just before each repetition (tg)
   std::string test_time;
@@ -73,6 +77,7 @@ struct TestResult {
   std::string name() const {
     std::string n = n_gen == 0 ? "pp" + std::to_string(n_prompt) : n_prompt == 0 ? "tg" + std::to_string(n_gen)
                                                                               : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+    if (depth > 0) n += " @ d" + std::to_string(depth);
     return kv_cache ? n : n + " (no kv cache)";
   }
 };
@@ -85,10 +90,13 @@ std::vector<int32_t> random_tokens(const Model& model, size_t n, std::mt19937& r
   return t;
 }
 
-// One timed run: a prompt of n_prompt tokens in batches, then n_gen single-token steps.
-// Without the KV cache every generated token recomputes the whole sequence.
-double run_once(Session& session, const Model& model, int32_t n_prompt, int32_t n_gen, bool kv_cache, std::mt19937& rng) {
+// One timed run: a prompt of n_prompt tokens in batches, then n_gen single-token steps,
+// after `depth` untimed tokens put in the cache. Without the KV cache every generated
+// token recomputes the whole sequence.
+double run_once(Session& session, const Model& model, int32_t n_prompt, int32_t n_gen, bool kv_cache, std::mt19937& rng,
+                int32_t depth = 0) {
   session.reset();
+  if (depth > 0) session.decode(random_tokens(model, size_t(depth), rng));
   std::vector<int32_t> seq = random_tokens(model, (size_t)std::max(n_prompt, 1), rng);
   const auto t0 = std::chrono::steady_clock::now();
   if (n_prompt > 0) session.decode(seq);
@@ -160,23 +168,41 @@ int bench(BenchOptions& o) {
   const auto roofline_pct = [&](const TestResult& r) { return 100.0 * bandwidth(r) / roofline_of(r); };
 
   std::vector<TestResult> tests;
-  for (int32_t t : o.threads) {
-    for (int32_t p : o.n_prompt)
-      if (p > 0) tests.push_back({p, 0, t, true, {}, {}, {}});
-    for (int32_t g : o.n_gen)
-      if (g > 0) {
-        tests.push_back({0, g, t, true, {}, {}, {}});
-        if (o.no_kv_cache) tests.push_back({0, g, t, false, {}, {}, {}});
-      }
-  }
+  for (int32_t t : o.threads)
+    for (const std::string& tk : o.type_k)
+      for (const std::string& tv : o.type_v)
+        for (const std::string& fa : o.flash)
+          for (int32_t d : o.depth) {
+            TestResult base;
+            base.n_threads = t, base.type_k = tk, base.type_v = tv, base.flash = fa, base.depth = d;
+            for (int32_t p : o.n_prompt)
+              if (p > 0) tests.push_back(base), tests.back().n_prompt = p;
+            for (int32_t g : o.n_gen)
+              if (g > 0) {
+                tests.push_back(base), tests.back().n_gen = g;
+                if (o.no_kv_cache) tests.push_back(base), tests.back().n_gen = g, tests.back().kv_cache = false;
+              }
+          }
+  // Columns for what varies or differs from the defaults, as llama-bench shows them.
+  const bool show_types = o.type_k != std::vector<std::string>{"f16"} || o.type_v != std::vector<std::string>{"f16"};
+  const bool show_fa = o.flash != std::vector<std::string>{"auto"};
 
   std::mt19937 rng(1234);
   for (TestResult& r : tests) {
-    SessionParams sp;
-    sp.n_threads = r.n_threads;
-    sp.n_batch = o.n_batch;
-    sp.n_ctx = std::max(r.n_prompt + r.n_gen + 1, 16);
-    Session session(*model, sp);
+    ModelOptions mo;
+    mo.n_threads = r.n_threads, mo.n_batch = o.n_batch, mo.n_ctx = std::max(r.depth + r.n_prompt + r.n_gen + 1, 16);
+    mo.cache_type_k = r.type_k, mo.cache_type_v = r.type_v, mo.flash_attn = r.flash;
+    std::unique_ptr<Session> session_ptr;
+    try {
+      session_ptr = std::make_unique<Session>(*model, session_params(mo));
+    } catch (const Error& e) {
+      // One impossible combination of a sweep (quantized values without flash attention)
+      // should not cost the others: say so and leave its row out.
+      spdlog::warn("kiln: skipping {} (type_k {}, type_v {}, fa {}): {}", r.name(), r.type_k, r.type_v, r.flash, e.what());
+      r.samples_ns.clear();
+      continue;
+    }
+    Session& session = *session_ptr;
     run_once(session, *model, std::min(r.n_prompt, 16), std::min(r.n_gen, 4), true, rng);  // warm-up
     r.test_time = now_iso();
     for (int32_t rep = 0; rep < o.reps; ++rep) {
@@ -184,12 +210,14 @@ int bench(BenchOptions& o) {
         r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
         roofline[r.n_threads].push_back(r.roofline_gbs.back());
       }
-      r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng));
+      r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
     }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
   }
 
+  std::erase_if(tests, [&](const TestResult& r) { return r.samples_ns.empty(); });
+  if (tests.empty()) throw Error("no test could run (see the lines above)");
   if (probe)
     for (int32_t t : o.threads)
       if (!roofline.count(t)) roofline[t].push_back(probe->measure(t, kPassesAlone).gb_per_s);
@@ -209,14 +237,18 @@ int bench(BenchOptions& o) {
     else spdlog::info("{}", line);
   }
   if (o.output == "md") {
-    std::printf("| model | size | params | backend | threads | test | t/s | weights GB/s |%s\n",
+    std::printf("| model | size | params | backend | threads |%s%s test | t/s | weights GB/s |%s\n",
+                show_types ? " type_k | type_v |" : "", show_fa ? " fa |" : "",
                 o.roofline ? " roofline GB/s | % of roofline |" : "");
-    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |%s\n", o.roofline ? " ---: | ---: |" : "");
+    std::printf("| --- | ---: | ---: | --- | ---: |%s%s ---: | ---: | ---: |%s\n", show_types ? " ---: | ---: |" : "",
+                show_fa ? " ---: |" : "", o.roofline ? " ---: | ---: |" : "");
     for (const TestResult& r : tests) {
       const auto ts = r.samples_ts();
-      std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d | %s | %.2f ± %.2f |", model_type.c_str(),
-                  model_bytes / 1048576.0, size_label(model->n_params()).c_str(), isa.c_str(), r.n_threads,
-                  r.name().c_str(), TestResult::mean(ts), TestResult::stddev(ts));
+      std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d |", model_type.c_str(), model_bytes / 1048576.0,
+                  size_label(model->n_params()).c_str(), isa.c_str(), r.n_threads);
+      if (show_types) std::printf(" %s | %s |", r.type_k.c_str(), r.type_v.c_str());
+      if (show_fa) std::printf(" %s |", r.flash.c_str());
+      std::printf(" %s | %.2f ± %.2f |", r.name().c_str(), TestResult::mean(ts), TestResult::stddev(ts));
       if (r.is_tg()) std::printf(" %.2f |", bandwidth(r));
       else std::printf(" |");
       if (o.roofline) {
@@ -244,8 +276,10 @@ int bench(BenchOptions& o) {
     j["n_batch"] = o.n_batch;
     j["n_ubatch"] = o.n_batch;
     j["n_threads"] = r.n_threads;
-    j["type_k"] = "f32";
-    j["type_v"] = "f32";
+    j["type_k"] = r.type_k;
+    j["type_v"] = r.type_v;
+    j["flash_attn"] = r.flash;
+    j["n_depth"] = r.depth;
     j["n_gpu_layers"] = 0;
     j["no_kv_offload"] = false;
     j["kv_cache"] = r.kv_cache;
@@ -270,7 +304,8 @@ int bench(BenchOptions& o) {
   }
   const char* fields[] = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
                           "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k",
-                          "type_v", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen", "test_time",
+                          "type_v", "flash_attn", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen",
+                          "n_depth", "test_time",
                           "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "weights_gbs", "roofline_gbs", "roofline_pct"};
   std::string header;
   for (const char* f : fields) header += (header.empty() ? "" : ",") + std::string(f);
@@ -300,6 +335,20 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test");
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step");
   cmd->add_option("-o,--output", o->output, "Output format: md, csv or json");
+  const auto cache_types = CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}, CLI::ignore_case);
+  cmd->add_option("--cache-type-k", o->type_k, "KV cache types of keys (also -ctk; comma-separated)")
+      ->delimiter(',')->check(cache_types);
+  cmd->add_option("--cache-type-v", o->type_v, "KV cache types of values (also -ctv; comma-separated)")
+      ->delimiter(',')->check(cache_types);
+  cmd->add_option("--flash-attn", o->flash, "Flash attention (also -fa): on, off, auto, 1, 0 (comma-separated)")
+      ->delimiter(',')->transform([](const std::string& v) -> std::string {
+        if (v == "1") return "on";
+        if (v == "0") return "off";
+        return v;
+      })
+      ->check(CLI::IsMember({"on", "off", "auto"}, CLI::ignore_case));
+  cmd->add_option("-d,--n-depth", o->depth, "Tokens already in the KV cache when a test starts (comma-separated)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
   add_repack_flag(*cmd, o->no_repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,

@@ -446,6 +446,8 @@ bool Session::flash_attn() const { return impl_->flash; }
 double Session::kv_cache_bytes() const { return impl_->kv_cache.bytes(); }
 const Model& Session::model() const { return impl_->model; }
 
+std::string Session::kv_type_name(uint32_t kv_type) { return KvCache::state_type_name(kv_type); }
+
 KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
   const KvCache& kv = impl_->kv_cache;
   KvStateDesc d;

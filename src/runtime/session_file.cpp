@@ -262,10 +262,11 @@ LoadedSession load_session_file(const std::string& path, Session& session) {
   const KvStateDesc kv{h.kv_type, h.kv_layers, h.kv_dim, int32_t(h.n_cached), h.kv_layer_bytes};
   const KvStateDesc want = session.kv_state_desc(int32_t(h.n_cached));
   if (!(kv == want))
-    r.fail("its KV cache (type " + std::to_string(kv.kv_type) + ", " + std::to_string(kv.n_layers) + " layers of width " +
-           std::to_string(kv.kv_dim) + ", " + std::to_string(kv.layer_bytes) + " bytes per layer) is not what this " +
-           "kiln makes for this model (type " + std::to_string(want.kv_type) + ", " + std::to_string(want.n_layers) +
-           " layers of width " + std::to_string(want.kv_dim) + ", " + std::to_string(want.layer_bytes) + " bytes)");
+    r.fail("its KV cache (" + Session::kv_type_name(kv.kv_type) + ", " + std::to_string(kv.n_layers) +
+           " layers of width " + std::to_string(kv.kv_dim) + ", " + std::to_string(kv.layer_bytes) +
+           " bytes per layer) does not match this session's (" + Session::kv_type_name(want.kv_type) + ", " +
+           std::to_string(want.n_layers) + " layers of width " + std::to_string(want.kv_dim) + ", " +
+           std::to_string(want.layer_bytes) + " bytes): use the -ctk, -ctv and -fa it was saved with");
   if (h.n_tokens > uint32_t(session.n_ctx()))
     r.fail("needs a context of at least " + std::to_string(h.n_tokens) + " tokens (this session has " +
            std::to_string(session.n_ctx()) + "; raise -c)");
