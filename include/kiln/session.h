@@ -29,6 +29,7 @@ struct SessionParams {
   int32_t n_ctx = 0;      // 0: the model's context_length capped at 4096
   int32_t n_batch = 512;  // tokens per prefill step (matrix x matrix)
   int32_t n_threads = 0;  // 0: physical cores
+  RopeParams rope;        // RoPE scaling overrides (kiln/rope.h); default: the model's
 };
 
 class Session {

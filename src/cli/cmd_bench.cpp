@@ -38,6 +38,7 @@ struct BenchOptions {
   bool no_kv_cache = false;
   bool roofline = false;
   int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
+  RopeOptions rope;
   bool no_repack = false;
 };
 
@@ -170,9 +171,11 @@ int bench(BenchOptions& o) {
       }
   }
 
+  const RopeParams rope = rope_params(o.rope);
   std::mt19937 rng(1234);
   for (TestResult& r : tests) {
     SessionParams sp;
+    sp.rope = rope;
     sp.n_threads = r.n_threads;
     sp.n_batch = o.n_batch;
     sp.n_ctx = std::max(r.n_prompt + r.n_gen + 1, 16);
@@ -308,6 +311,7 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--roofline-mib", o->roofline_mib,
                   "MiB read by --roofline (default: 1024 or twice the model, at most a quarter of free memory)")
       ->check(CLI::PositiveNumber);
+  add_rope_options(*cmd, o->rope);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }
