@@ -80,7 +80,7 @@ void expect_matches(const RopeConfig& r, const Reference& ref) {
       EXPECT_EQ(table[(size_t(pos) * (ref.n_rot / 2) + i) * 2 + 1], cs[2 * i + 1]);
     }
   }
-  RecordProperty("worst_abs_error", std::to_string(worst));
+  testing::Test::RecordProperty("worst_abs_error", std::to_string(worst));
 }
 
 }  // namespace
@@ -420,7 +420,7 @@ namespace {
 std::string stories() { return test::shared_path("models/stories260K.gguf"); }
 std::string golden() { return test::trim(test::read_file(test::shared_path("models/expected/stories260K.once-upon-a-time.greedy100.txt"))); }
 
-test::CommandResult kiln(const std::string& model, const std::string& flags) {
+test::CommandResult kiln_run(const std::string& model, const std::string& flags) {
   return test::run_command(test::shell_quote(test::kiln_binary()) + " run " + test::shell_quote(model) +
                            " 'Once upon a time' -n 100 --temp 0 -t 1 " + flags);
 }
@@ -439,19 +439,21 @@ std::string stories_with(const std::vector<std::pair<std::string, gguf::Value>>&
 }  // namespace
 
 TEST(RopeCli, ScalingFlagsChangeTheTextAndNoneKeepsTheGolden) {
-  auto none = kiln(stories(), "--rope-scaling none");
+  auto none = kiln_run(stories(), "--rope-scaling none");
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_EQ(test::trim(none.out), golden());
 
-  auto linear = kiln(stories(), "--rope-scaling linear --rope-scale 2");
+  auto linear = kiln_run(stories(), "--rope-scaling linear --rope-scale 2");
   ASSERT_EQ(linear.exit_code, 0) << linear.err;
   EXPECT_FALSE(test::trim(linear.out).empty());
   EXPECT_NE(test::trim(linear.out), golden());
+  EXPECT_NE(linear.err.find("rope scaling: linear x2, original context 2048\n"), std::string::npos) << linear.err;
+  EXPECT_EQ(none.err.find("rope scaling"), std::string::npos) << none.err;
   // --rope-freq-scale is the inverse spelling, and a factor alone means linear here.
-  EXPECT_EQ(kiln(stories(), "--rope-freq-scale 0.5").out, linear.out);
+  EXPECT_EQ(kiln_run(stories(), "--rope-freq-scale 0.5").out, linear.out);
 
   for (const char* flags : {"--rope-scaling ntk --rope-scale 4", "--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 128"}) {
-    auto r = kiln(stories(), flags);
+    auto r = kiln_run(stories(), flags);
     ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
     EXPECT_NE(test::trim(r.out), golden()) << flags;
   }
@@ -463,26 +465,26 @@ TEST(RopeCli, FlagsOverrideTheFile) {
                                           "stories-linear2.gguf");
   auto info = test::run_command(test::shell_quote(test::kiln_binary()) + " info " + test::shell_quote(scaled));
   ASSERT_EQ(info.exit_code, 0) << info.err;
-  EXPECT_NE(info.out.find("scaling linear x2, original context 512"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("scaling linear x2, original context 2048"), std::string::npos) << info.out;
   auto plain_info = test::run_command(test::shell_quote(test::kiln_binary()) + " info " + test::shell_quote(stories()));
   EXPECT_NE(plain_info.out.find("normal, scaling none\n"), std::string::npos) << plain_info.out;
 
-  const auto from_file = kiln(scaled, "");
+  const auto from_file = kiln_run(scaled, "");
   ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
-  EXPECT_EQ(from_file.out, kiln(stories(), "--rope-scaling linear --rope-scale 2").out);
-  EXPECT_EQ(test::trim(kiln(scaled, "--rope-scaling none").out), golden());
-  EXPECT_EQ(test::trim(kiln(scaled, "--rope-scale 1").out), golden());
+  EXPECT_EQ(from_file.out, kiln_run(stories(), "--rope-scaling linear --rope-scale 2").out);
+  EXPECT_EQ(test::trim(kiln_run(scaled, "--rope-scaling none").out), golden());
+  EXPECT_EQ(test::trim(kiln_run(scaled, "--rope-scale 1").out), golden());
 }
 
 TEST(RopeCli, BadValuesGiveOneLineNamingTheFlagOrKey) {
-  test::expect_one_line_error(kiln(stories(), "--rope-scaling dynamic"), 2,
+  test::expect_one_line_error(kiln_run(stories(), "--rope-scaling dynamic"), 2,
                               "--rope-scaling 'dynamic' is not one of none, linear, ntk, yarn");
-  test::expect_one_line_error(kiln(stories(), "--rope-scale 0"), 2, "--rope-scale must be a positive number, got 0");
-  test::expect_one_line_error(kiln(stories(), "--rope-freq-scale=-1"), 2, "--rope-freq-scale must be a positive number");
-  test::expect_one_line_error(kiln(stories(), "--rope-scale 2 --rope-freq-scale 0.5"), 2,
+  test::expect_one_line_error(kiln_run(stories(), "--rope-scale 0"), 2, "--rope-scale must be a positive number, got 0");
+  test::expect_one_line_error(kiln_run(stories(), "--rope-freq-scale=-1"), 2, "--rope-freq-scale must be a positive number");
+  test::expect_one_line_error(kiln_run(stories(), "--rope-scale 2 --rope-freq-scale 0.5"), 2,
                               "give --rope-scale or --rope-freq-scale");
-  test::expect_one_line_error(kiln(stories(), "--yarn-beta-fast 0"), 2, "--yarn-beta-fast must be a positive number");
+  test::expect_one_line_error(kiln_run(stories(), "--yarn-beta-fast 0"), 2, "--yarn-beta-fast must be a positive number");
 
   const std::string bad = stories_with({{"llama.rope.scaling.type", gguf::Value::of_string("su")}}, "stories-su.gguf");
-  test::expect_one_line_error(kiln(bad, ""), 1, "llama.rope.scaling.type 'su' is not one of none, linear, yarn");
+  test::expect_one_line_error(kiln_run(bad, ""), 1, "llama.rope.scaling.type 'su' is not one of none, linear, yarn");
 }

@@ -15,6 +15,7 @@
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "runtime/rope.h"
 
 namespace kiln::cli {
 
@@ -146,12 +147,15 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
   return model;
 }
 
-SessionParams session_params(const ModelOptions& opts) {
+SessionParams session_params(const ModelOptions& opts, const Model& model) {
   SessionParams p;
   p.n_ctx = opts.n_ctx;
   p.n_batch = opts.n_batch;
   p.n_threads = opts.n_threads;
   p.rope = rope_params(opts.rope);
+  const RopeConfig rope = resolve_rope(model.config(), p.rope);
+  if (rope.scaling != RopeScaling::None || !rope.freq_factors.empty() || rope.ext_factor != 0 || rope.attn_factor != 1)
+    spdlog::info("rope scaling: {}", describe_rope(rope));
   return p;
 }
 

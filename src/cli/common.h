@@ -71,7 +71,8 @@ std::string resolve_model_path(const std::string& given);
 bool looks_like_model(const std::string& arg);
 
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true);
-SessionParams session_params(const ModelOptions& opts);
+// Also logs the RoPE scaling in effect when there is some.
+SessionParams session_params(const ModelOptions& opts, const Model& model);
 // Throws UsageError naming the flag for a value that cannot work.
 RopeParams rope_params(const RopeOptions& opts);
 

@@ -163,7 +163,7 @@ RopeConfig resolve_rope(const ModelConfig& c, const RopeParams& p) {
   r.orig_ctx = p.yarn_orig_ctx.value_or(0) > 0 ? *p.yarn_orig_ctx : c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train;
   if (r.ext_factor != 0 && r.orig_ctx == 0)
     throw Error("YaRN needs the original context length: the model has neither rope.scaling.original_context_length "
-                "nor context_length (set SessionParams.rope.yarn_orig_ctx)");
+                "nor context_length (give it: --yarn-orig-ctx, SessionParams.rope.yarn_orig_ctx)");
   return r;
 }
 
