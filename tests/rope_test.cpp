@@ -484,6 +484,10 @@ TEST(RopeCli, BadValuesGiveOneLineNamingTheFlagOrKey) {
   test::expect_one_line_error(kiln_run(stories(), "--rope-scale 2 --rope-freq-scale 0.5"), 2,
                               "give --rope-scale or --rope-freq-scale");
   test::expect_one_line_error(kiln_run(stories(), "--yarn-beta-fast 0"), 2, "--yarn-beta-fast must be a positive number");
+  // bench takes the same flags.
+  test::expect_one_line_error(test::run_command(test::shell_quote(test::kiln_binary()) + " bench " +
+                                                test::shell_quote(stories()) + " -p 8 -n 0 -r 1 --rope-scaling dynamic"),
+                              2, "--rope-scaling 'dynamic' is not one of");
 
   const std::string bad = stories_with({{"llama.rope.scaling.type", gguf::Value::of_string("su")}}, "stories-su.gguf");
   test::expect_one_line_error(kiln_run(bad, ""), 1, "llama.rope.scaling.type 'su' is not one of none, linear, yarn");
