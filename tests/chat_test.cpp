@@ -25,9 +25,16 @@ SamplerParams greedy() {
   return p;
 }
 
+SessionParams one_thread(int32_t n_ctx) {
+  SessionParams p;
+  p.n_ctx = n_ctx;
+  p.n_threads = 1;
+  return p;
+}
+
 struct Rig {
   explicit Rig(const char* tmpl, int32_t n_ctx = 512)
-      : session(stories(), {.n_ctx = n_ctx, .n_batch = 512, .n_threads = 1}),
+      : session(stories(), one_thread(n_ctx)),
         sampler(greedy(), stories().config().n_vocab),
         generator(session, stories().tokenizer(), sampler),
         chat(generator, stories().tokenizer(), ChatTemplate(tmpl)) {}
@@ -78,7 +85,7 @@ TEST(Chat, SecondTurnEvaluatesOnlyItsNewTokens) {
 
   // The same tokens in one go through a fresh session give the same greedy answer.
   std::vector<int32_t> all(rig.generator.history().begin(), rig.generator.history().end() - 12);
-  Session fresh(stories(), {.n_ctx = 512, .n_batch = 512, .n_threads = 1});
+  Session fresh(stories(), one_thread(512));
   Sampler sampler(greedy(), stories().config().n_vocab);
   Generator generator(fresh, tok, sampler);
   std::string reply;
@@ -200,7 +207,7 @@ TEST(Chat, EndOfTurnTokenEndsTheReply) {
   ASSERT_LT(stop_at, reply.size());
 
   auto model = stories_with_eot(reply[stop_at]);
-  Session session(*model, {.n_ctx = 512, .n_batch = 512, .n_threads = 1});
+  Session session(*model, one_thread(512));
   Sampler sampler(greedy(), model->config().n_vocab);
   Generator generator(session, model->tokenizer(), sampler);
   Chat chat(generator, model->tokenizer(), ChatTemplate(chatml));

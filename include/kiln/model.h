@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/gguf.h"
+#include "kiln/rope.h"
 #include "kiln/tensor_type.h"
 #include "kiln/tokenizer.h"
 
@@ -47,6 +48,11 @@ struct ModelConfig {
   uint32_t n_rot = 0;            // rope.dimension_count
   float rope_theta = 10000.0f;   // rope.freq_base
   bool rope_neox = false;        // rotate halves instead of adjacent pairs
+  RopeScaling rope_scaling = RopeScaling::None;  // rope.scaling.type (linear if only a factor is given)
+  float rope_scale = 1.0f;       // rope.scaling.factor (or the older rope.scale_linear)
+  uint32_t rope_orig_ctx = 0;    // rope.scaling.original_context_length (0: not given)
+  float rope_attn_factor = 1.0f; // rope.scaling.attn_factor
+  std::vector<float> rope_freq_factors;  // rope_freqs.weight: theta_i / factor_i (Llama 3.1)
   float rms_eps = 1e-5f;         // attention.layer_norm_rms_epsilon
   uint32_t n_vocab = 0;
   TensorType weight_type = TensorType::F32;  // the type most weight bytes have

@@ -39,6 +39,7 @@ struct SessionParams {
   TensorType kv_type_k = TensorType::F16;
   TensorType kv_type_v = TensorType::F16;
   FlashAttention flash_attn = FlashAttention::automatic;
+  RopeParams rope;        // RoPE scaling overrides (kiln/rope.h); default: the model's
 };
 
 class Session {

@@ -38,6 +38,7 @@ struct BenchOptions {
   bool no_kv_cache = false;
   bool roofline = false;
   int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
+  RopeOptions rope;
   bool no_repack = false;
   std::vector<std::string> type_k{"f16"}, type_v{"f16"}, flash{"auto"};
   std::vector<int32_t> depth{0};
@@ -187,14 +188,16 @@ int bench(BenchOptions& o) {
   const bool show_types = o.type_k != std::vector<std::string>{"f16"} || o.type_v != std::vector<std::string>{"f16"};
   const bool show_fa = o.flash != std::vector<std::string>{"auto"};
 
+  rope_params(o.rope);  // bad flags fail here, before any test
   std::mt19937 rng(1234);
   for (TestResult& r : tests) {
     ModelOptions mo;
     mo.n_threads = r.n_threads, mo.n_batch = o.n_batch, mo.n_ctx = std::max(r.depth + r.n_prompt + r.n_gen + 1, 16);
     mo.cache_type_k = r.type_k, mo.cache_type_v = r.type_v, mo.flash_attn = r.flash;
+    mo.rope = o.rope;
     std::unique_ptr<Session> session_ptr;
     try {
-      session_ptr = std::make_unique<Session>(*model, session_params(mo));
+      session_ptr = std::make_unique<Session>(*model, session_params(mo, *model));
     } catch (const Error& e) {
       // One impossible combination of a sweep (quantized values without flash attention)
       // should not cost the others: say so and leave its row out.
@@ -357,6 +360,7 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--roofline-mib", o->roofline_mib,
                   "MiB read by --roofline (default: 1024 or twice the model, at most a quarter of free memory)")
       ->check(CLI::PositiveNumber);
+  add_rope_options(*cmd, o->rope);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }

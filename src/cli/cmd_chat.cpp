@@ -32,7 +32,7 @@ int chat(ChatOptions& o) {
   const std::string model_path = resolve_model_path(o.model.model);
   auto model = load_model(model_path, !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
-  Session session(*model, session_params(o.model));
+  Session session(*model, session_params(o.model, *model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);

@@ -62,7 +62,7 @@ int perplexity(PerplexityOptions& o) {
   int32_t n_chunk = (int32_t)(tokens.size() / n_ctx);
   if (o.n_chunks > 0) n_chunk = std::min(n_chunk, o.n_chunks);
 
-  Session session(*model, session_params(o.model));
+  Session session(*model, session_params(o.model, *model));
   const size_t n_vocab = model->config().n_vocab;
   const int32_t first = n_ctx / 2;  // the first half of each chunk only provides context
   spdlog::info("perplexity: {} tokens, {} chunks of {}, scoring the last {} of each", tokens.size(), n_chunk, n_ctx,
@@ -127,7 +127,7 @@ int kl_divergence(PerplexityOptions& o) {
   const int32_t n_chunk = o.n_chunks > 0 ? std::min<int32_t>(o.n_chunks, (int32_t)h.n_chunk) : (int32_t)h.n_chunk;
   const int32_t n_ctx = (int32_t)h.n_ctx, first = (int32_t)h.first;
 
-  Session session(*model, session_params(o.model));
+  Session session(*model, session_params(o.model, *model));
   spdlog::info("kl-divergence: {} chunks of {} against {}, scoring the last {} of each", n_chunk, n_ctx, path,
                n_ctx - 1 - first);
   spdlog::info("{}", kld::Stats::table_header());

@@ -47,7 +47,7 @@ int run(RunOptions& o) {
   if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
     throw UsageError("--system and --chat-template apply with --chat (-cnv)");
 
-  Session session(*model, session_params(o.model));
+  Session session(*model, session_params(o.model, *model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "runtime/rope.h"
 
 namespace kiln::cli {
 namespace {
@@ -56,6 +58,56 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
                  "Tiled attention with an online softmax (also -fa): on, off, auto (on when the cache types need it)")
       ->check(CLI::IsMember({"on", "off", "auto"}, CLI::ignore_case))->capture_default_str();
   add_repack_flag(app, opts.no_repack);
+  add_rope_options(app, opts.rope);
+}
+
+void add_rope_options(CLI::App& app, RopeOptions& o) {
+  // Optional values are set through callbacks: an unset flag must mean "the model's".
+  const auto add_optional = [&app](const char* name, auto& field, const char* help) {
+    using T = typename std::remove_reference_t<decltype(field)>::value_type;
+    app.add_option_function<T>(name, [&field](const T& v) { field = v; }, help);
+  };
+  app.add_option("--rope-scaling", o.scaling, "RoPE scaling: none, linear, ntk or yarn (default: the model's)");
+  add_optional("--rope-scale", o.scale, "RoPE context extension factor (default: the model's rope.scaling.factor)");
+  add_optional("--rope-freq-base", o.freq_base, "RoPE base frequency (default: the model's rope.freq_base)");
+  add_optional("--rope-freq-scale", o.freq_scale, "RoPE frequency scale, 1 / --rope-scale");
+  add_optional("--yarn-orig-ctx", o.yarn_orig_ctx, "YaRN original context (default: the model's, else its context_length)");
+  app.add_option("--yarn-ext-factor", o.yarn_ext_factor, "YaRN extrapolation mix (-1: 1 for yarn, else 0)");
+  add_optional("--yarn-attn-factor", o.yarn_attn_factor, "YaRN magnitude of cos/sin (default: the model's, else 1)");
+  app.add_option("--yarn-beta-fast", o.yarn_beta_fast, "YaRN: rotations above which a dimension keeps its frequency");
+  app.add_option("--yarn-beta-slow", o.yarn_beta_slow, "YaRN: rotations below which a dimension is interpolated");
+}
+
+RopeParams rope_params(const RopeOptions& o) {
+  RopeParams p;
+  const auto check_positive = [](double v, const char* flag) {
+    if (!(v > 0 && std::isfinite(v))) throw UsageError(fmt::format("{} must be a positive number, got {}", flag, v));
+  };
+  if (!o.scaling.empty()) {
+    p.scaling = parse_rope_scaling(o.scaling);
+    if (!p.scaling) throw UsageError("--rope-scaling '" + o.scaling + "' is not one of none, linear, ntk, yarn");
+  }
+  if (o.scale && o.freq_scale) throw UsageError("give --rope-scale or --rope-freq-scale (its inverse), not both");
+  const auto positive_or_unset = [&](const std::optional<float>& v, const char* flag) {
+    if (v) check_positive(*v, flag);
+    return v;
+  };
+  p.factor = positive_or_unset(o.scale, "--rope-scale");
+  if (positive_or_unset(o.freq_scale, "--rope-freq-scale")) p.factor = 1.0f / *o.freq_scale;
+  p.freq_base = positive_or_unset(o.freq_base, "--rope-freq-base");
+  p.yarn_attn_factor = positive_or_unset(o.yarn_attn_factor, "--yarn-attn-factor");
+  if (o.yarn_orig_ctx) {
+    if (*o.yarn_orig_ctx < 0 || *o.yarn_orig_ctx > INT32_MAX)
+      throw UsageError(fmt::format("--yarn-orig-ctx must be a context length (0: the model's), got {}", *o.yarn_orig_ctx));
+    if (*o.yarn_orig_ctx > 0) p.yarn_orig_ctx = uint32_t(*o.yarn_orig_ctx);
+  }
+  if (!std::isfinite(o.yarn_ext_factor)) throw UsageError("--yarn-ext-factor must be a number");
+  check_positive(o.yarn_beta_fast, "--yarn-beta-fast");
+  check_positive(o.yarn_beta_slow, "--yarn-beta-slow");
+  p.yarn_ext_factor = o.yarn_ext_factor;
+  p.yarn_beta_fast = o.yarn_beta_fast;
+  p.yarn_beta_slow = o.yarn_beta_slow;
+  return p;
 }
 
 void add_repack_flag(CLI::App& app, bool& no_repack) {
@@ -123,7 +175,7 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
   return model;
 }
 
-SessionParams session_params(const ModelOptions& opts) {
+SessionParams session_params(const ModelOptions& opts, const Model& model) {
   SessionParams p;
   p.n_ctx = opts.n_ctx;
   p.n_batch = opts.n_batch;
@@ -132,6 +184,10 @@ SessionParams session_params(const ModelOptions& opts) {
   p.kv_type_v = cache_type(opts.cache_type_v);
   const std::string fa = lower(opts.flash_attn);
   p.flash_attn = fa == "on" ? FlashAttention::on : fa == "off" ? FlashAttention::off : FlashAttention::automatic;
+  p.rope = rope_params(opts.rope);
+  const RopeConfig rope = resolve_rope(model.config(), p.rope);
+  if (rope.scaling != RopeScaling::None || !rope.freq_factors.empty() || rope.ext_factor != 0 || rope.attn_factor != 1)
+    spdlog::info("rope scaling: {}", describe_rope(rope));
   return p;
 }
 

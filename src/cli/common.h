@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kiln/chat_template.h"
@@ -18,6 +19,14 @@ struct LogOptions {
   bool verbose = false;
 };
 
+// RoPE scaling flags as typed (llama.cpp's names); rope_params() checks them.
+struct RopeOptions {
+  std::string scaling;  // empty: the model's
+  std::optional<float> scale, freq_scale, freq_base, yarn_attn_factor;
+  std::optional<int64_t> yarn_orig_ctx;
+  float yarn_ext_factor = -1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+};
+
 struct ModelOptions {
   std::string model;  // path to the GGUF
   int32_t n_ctx = 0;
@@ -26,6 +35,7 @@ struct ModelOptions {
   bool no_repack = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string flash_attn = "auto";
+  RopeOptions rope;
 };
 
 // A KV cache type by its llama.cpp name (f32, f16, bf16, q8_0, q4_0); UsageError otherwise.
@@ -33,7 +43,8 @@ TensorType cache_type(const std::string& name);
 
 // -m/--model is also accepted positionally by each command.
 void add_log_options(CLI::App& app, LogOptions& opts);
-void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack
+void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack and the RoPE flags
+void add_rope_options(CLI::App& app, RopeOptions& opts);
 void add_repack_flag(CLI::App& app, bool& no_repack);
 struct GenerationOptions {
   SamplerParams sampling;
@@ -65,7 +76,10 @@ std::string resolve_model_path(const std::string& given);
 bool looks_like_model(const std::string& arg);
 
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true);
-SessionParams session_params(const ModelOptions& opts);
+// Also logs the RoPE scaling in effect when there is some.
+SessionParams session_params(const ModelOptions& opts, const Model& model);
+// Throws UsageError naming the flag for a value that cannot work.
+RopeParams rope_params(const RopeOptions& opts);
 
 // Reads a whole file (a prompt via -f); "-" means stdin.
 std::string read_text_file(const std::string& path);

@@ -142,6 +142,13 @@ uint64_t Model::hash_weights() const {
   h.u64(float_bits(c.rope_theta));
   h.u64(c.rope_neox);
   h.u64(float_bits(c.rms_eps));
+  // Only when present, so that the identity of unscaled models (and their saved sessions)
+  // stays what it was; rope_freqs.weight is hashed with the tensors.
+  if (c.rope_scaling != RopeScaling::None || c.rope_scale != 1 || c.rope_orig_ctx != 0 || c.rope_attn_factor != 1) {
+    h.str(rope_scaling_name(c.rope_scaling));
+    for (float v : {c.rope_scale, c.rope_attn_factor}) h.u64(float_bits(v));
+    h.u64(c.rope_orig_ctx);
+  }
   h.u64(file_->tensors().size());
   constexpr uint64_t kSample = 4096;
   for (const gguf::TensorInfo& t : file_->tensors()) {

@@ -1,6 +1,7 @@
 // Llama (and the many models that reuse its GGUF layout): pre-norm blocks of RMSNorm ->
 // attention with RoPE and grouped KV heads -> residual, RMSNorm -> SwiGLU FFN -> residual.
 #include "model/architecture.h"
+#include "runtime/rope.h"
 
 namespace kiln {
 
@@ -23,6 +24,7 @@ void load_llama(Model& model) {
   c.head_dim = (uint32_t)f.get_uint(p + "attention.key_length", c.dim / c.n_heads);
   c.n_rot = (uint32_t)f.get_uint(p + "rope.dimension_count", c.head_dim);
   c.rope_neox = false;  // GGUF llama files store Q/K permuted for adjacent-pair rotation
+  read_rope_scaling(f, p, c);
 
   const uint64_t dim = c.dim, q_dim = uint64_t(c.n_heads) * c.head_dim,
                  kv_dim = uint64_t(c.n_kv_heads) * c.head_dim, ffn = c.ffn_dim;

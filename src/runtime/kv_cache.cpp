@@ -135,8 +135,8 @@ uint32_t KvCache::state_type() const {
 }
 
 std::string KvCache::state_type_name(uint32_t code) {
-  static const char* const names[8] = {"f32", "f16", "bf16", "q8_0", "q4_0", "?", "?", "?"};
-  if (code >> 7) return "type " + std::to_string(code);
+  static const char* const names[5] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  if (code >> 7 || (code & 7) > 4 || (code >> 3 & 7) > 4) return "type " + std::to_string(code);
   return std::string(names[code & 7]) + " keys, " + names[code >> 3 & 7] + " values" +
          (code >> 6 & 1 ? " by position" : "");
 }

@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "runtime/kv_cache.h"
+#include "runtime/rope.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -108,15 +109,8 @@ struct Session::Impl {
     tasks.reserve(kMaxMatmuls * (max_rows / 16 + 1));
     logits.resize(c.n_vocab);
 
-    // theta_i = pos * base^(-2i/n_rot), computed in double once for every position.
-    const size_t half = c.n_rot / 2;
-    rope_cos_sin.resize(size_t(n_ctx) * half * 2);
-    for (int32_t pos = 0; pos < n_ctx; ++pos)
-      for (size_t i = 0; i < half; ++i) {
-        const double theta = pos * std::pow((double)c.rope_theta, -2.0 * double(i) / double(c.n_rot));
-        rope_cos_sin[(size_t(pos) * half + i) * 2] = (float)std::cos(theta);
-        rope_cos_sin[(size_t(pos) * half + i) * 2 + 1] = (float)std::sin(theta);
-      }
+    // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
+    rope_cos_sin = rope_cos_sin_table(resolve_rope(c, p.rope), n_ctx);
   }
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
