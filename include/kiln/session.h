@@ -62,6 +62,11 @@ class Session {
   double kv_cache_bytes() const;  // allocated for the whole context
   // Forgets positions >= n (the next decode continues from n).
   void truncate(int32_t n);
+  // Context shift: forgets positions [n_keep, n_keep + n_discard) and moves the later ones
+  // back by n_discard, turning their keys' RoPE back instead of recomputing them (the kept
+  // tokens still carry what they saw of the forgotten ones: an approximation, as in
+  // llama.cpp). n_past() shrinks by n_discard.
+  void shift_context(int32_t n_keep, int32_t n_discard);
   void reset() { truncate(0); }
 
   const Model& model() const;

@@ -89,7 +89,7 @@ void KvCache::check(const Shape& s) {
   }
   if (s.v_transposed && !is_one_value(s.v_type))
     throw Error("KV cache type " + type_label(s.v_type) + " for values needs flash attention (-fa on)");
-  if (s.head_dim == 0 || s.head_dim > kMaxSlice || s.kv_dim % s.head_dim != 0)
+  if (s.head_dim == 0 || s.head_dim > kMaxSlice || s.kv_dim % s.head_dim != 0 || s.kv_dim > kMaxRow)
     throw Error("KV cache: head dimension " + std::to_string(s.head_dim) + " is not supported");
 }
 
@@ -115,6 +115,24 @@ void KvCache::store(size_t layer, size_t pos, const float* k, const float* v) {
   const size_t elem = value_bytes(s_.v_type);
   uint8_t* column = &v_[layer * s_.kv_dim * vt_row_bytes_ + pos * elem];
   for (size_t d = 0; d < s_.kv_dim; ++d) std::memcpy(column + d * vt_row_bytes_, &v_converted_[d * elem], elem);
+}
+
+void KvCache::store_key(size_t layer, size_t pos, const float* k) {
+  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]);
+}
+
+void KvCache::move_values(size_t layer, size_t n_keep, size_t n_discard, size_t n_past) {
+  const size_t n_moved = n_past - n_keep - n_discard;
+  if (!s_.v_transposed) {
+    uint8_t* base = &v_[layer * s_.n_ctx * v_row_bytes_];
+    std::memmove(base + n_keep * v_row_bytes_, base + (n_keep + n_discard) * v_row_bytes_, n_moved * v_row_bytes_);
+    return;
+  }
+  const size_t elem = value_bytes(s_.v_type);
+  for (size_t d = 0; d < s_.kv_dim; ++d) {
+    uint8_t* row = &v_[(layer * s_.kv_dim + d) * vt_row_bytes_];
+    std::memmove(row + n_keep * elem, row + (n_keep + n_discard) * elem, n_moved * elem);
+  }
 }
 
 void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const {

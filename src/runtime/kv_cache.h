@@ -61,6 +61,23 @@ class KvCache {
   void keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
   void values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
 
+  // Context shift: positions [n_keep + n_discard, n_past) move to n_keep.. in every
+  // layer. Values move as they are; each moved key row goes through rerotate (floats,
+  // kv_dim of them) on its way, so RoPE can be turned back by n_discard positions.
+  template <typename Rerotate>  // rerotate(float* k_row)
+  void shift(size_t n_keep, size_t n_discard, size_t n_past, Rerotate&& rerotate) {
+    float row[kMaxRow];
+    for (size_t l = 0; l < s_.n_layers; ++l) {
+      for (size_t pos = n_keep + n_discard; pos < n_past; ++pos) {
+        keys_to_f32(l, pos, 1, 0, s_.kv_dim, row, s_.kv_dim);
+        rerotate(row);
+        store_key(l, pos - n_discard, row);
+      }
+      move_values(l, n_keep, n_discard, n_past);
+    }
+  }
+  static constexpr size_t kMaxRow = 8192;  // kv_dim limit of shift()
+
   // Saved state (session files): the first n positions of a layer, keys by position
   // then values in the cache's own layout minus the unused tail. Whole-row copies
   // whatever n_ctx is on either side. state_type() encodes the types and the layout; the
@@ -88,6 +105,9 @@ class KvCache {
   }
 
  private:
+  void store_key(size_t layer, size_t pos, const float* k);
+  void move_values(size_t layer, size_t n_keep, size_t n_discard, size_t n_past);
+
   Shape s_;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0, vt_row_bytes_ = 0;
   std::vector<uint8_t> k_, v_;

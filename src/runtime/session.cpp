@@ -60,6 +60,7 @@ struct Session::Impl {
   bool flash;
   int32_t n_past = 0;
 
+  RopeConfig rope_config;
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
   // Activations for one batch of B <= n_batch tokens, row-major by token.
   std::vector<float> x;       // [B][dim]    residual stream
@@ -110,7 +111,8 @@ struct Session::Impl {
     logits.resize(c.n_vocab);
 
     // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
-    rope_cos_sin = rope_cos_sin_table(resolve_rope(c, p.rope), n_ctx);
+    rope_config = resolve_rope(c, p.rope);
+    rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
   }
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
@@ -486,6 +488,27 @@ void Session::read_kv_state(const KvStateDesc& desc, std::span<const uint8_t> da
     std::memcpy(dst, data.data() + at, bytes);
     at += bytes;
   });
+}
+
+void Session::shift_context(int32_t n_keep, int32_t n_discard) {
+  Impl& s = *impl_;
+  if (n_keep < 0 || n_discard < 0 || int64_t(n_keep) + n_discard > s.n_past)
+    throw Error("cannot shift the context: keep " + std::to_string(n_keep) + ", discard " + std::to_string(n_discard) +
+                " of " + std::to_string(s.n_past) + " positions");
+  if (n_discard == 0) return;
+  // Rotation by -n_discard: the pair angles are linear in the position (with every scaling
+  // kiln knows), so the table's entry for n_discard, scaled back to unit length (YaRN folds
+  // its magnitude in) and mirrored, turns each kept key back that far.
+  std::vector<float> back(size_t(s.c.n_rot / 2) * 2);
+  rope_cos_sin(s.rope_config, n_discard, back.data());
+  for (size_t i = 0; i < back.size(); i += 2) {
+    const double norm = std::hypot((double)back[i], (double)back[i + 1]);
+    back[i] = float(back[i] / norm), back[i + 1] = float(-back[i + 1] / norm);
+  }
+  s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
+    s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back.data(), s.c.rope_neox);
+  });
+  s.n_past -= n_discard;
 }
 
 void Session::truncate(int32_t n) {
