@@ -163,6 +163,26 @@ void f32_to_bf16_n(const float* in, uint16_t* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
+void layernorm(const float* x, const float* weight, const float* bias, float* out, size_t n, float eps) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = sum / (float)n;
+  float sum_sq = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum_sq += (x[i] - mean) * (x[i] - mean);
+  const float inv = 1.0f / std::sqrt(sum_sq / (float)n + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = (x[i] - mean) * inv * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
+// sqrt(2/pi) and GELU's cubic coefficient, doubled: x * sigmoid(2u) = x / (1 + e^(-2u)).
+constexpr float kGeluA = 2.0f * 0.7978845608028654f, kGeluB = 2.0f * 0.7978845608028654f * 0.044715f;
+
+void gelu(const float* x, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = v / (1.0f + std::exp(-(kGeluA * v + kGeluB * v * v * v)));
+  }
+}
+
 // Weights stay in the file layout and gemm takes float activations.
 size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
@@ -171,6 +191,7 @@ const Ops kScalarOps = {
     Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
     add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
     f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
+    layernorm,   gelu,
     no_packing,  no_packing,    no_prepare,
 };
 
