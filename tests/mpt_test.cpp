@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,10 +28,18 @@ namespace {
 std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/mpt/" + name; }
 std::string stories_path() { return shared_path("models/stories260K.gguf"); }
 
-// Exactly what tests/data/mpt/README.md's kiln-gen command line writes.
-kiln::gen::GenerateOptions reference_options() {
+// The two reference files: mpt-tiny as it is, and with qk_ln (kiln-gen --qk-norm).
+struct Case {
+  const char* name;  // file stem in tests/data/mpt
+  bool qk_norm;
+};
+const Case kCases[] = {{"mpt-tiny", false}, {"mpt-tiny-qkln", true}};
+
+// Exactly what tests/data/mpt/README.md's kiln-gen command lines write.
+kiln::gen::GenerateOptions reference_options(bool qk_norm = false) {
   kiln::gen::GenerateOptions o;
   o.shape = *kiln::gen::find_shape("mpt-tiny");
+  o.shape.qk_norm = qk_norm;
   o.type = kiln::TensorType::F32;
   o.seed = 5;
   o.weight_std = 0.1;
@@ -45,9 +54,11 @@ std::string write_model(const std::string& name, const kiln::gen::GenerateOption
   return path;
 }
 
-const std::string& reference_model() {
-  static const std::string path = write_model("mpt-tiny.gguf", reference_options());
-  return path;
+const std::string& reference_model(const Case& c = kCases[0]) {
+  static std::map<std::string, std::string> written;
+  auto it = written.find(c.name);
+  if (it == written.end()) it = written.emplace(c.name, write_model(std::string(c.name) + ".gguf", reference_options(c.qk_norm))).first;
+  return it->second;
 }
 
 // llama-logits output: "tokens ids...", "logits <pos> values..." per position, "greedy ids...".
@@ -56,9 +67,9 @@ struct Reference {
   std::vector<std::vector<double>> logits;  // [position][vocab]
 };
 
-Reference read_reference() {
+Reference read_reference(const Case& c) {
   Reference r;
-  std::istringstream in(read_file(data_path("mpt-tiny.llama-logits.txt")));
+  std::istringstream in(read_file(data_path(std::string(c.name) + ".llama-logits.txt")));
   for (std::string line; std::getline(in, line);) {
     std::istringstream ls(line);
     std::string tag;
@@ -97,24 +108,27 @@ constexpr double kNmseBound = 1e-5;
 
 }  // namespace
 
-TEST(Mpt, RegeneratedFileIsTheOneLlamaCppSaw) {
+class MptReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MptReference, RegeneratedFileIsTheOneLlamaCppSaw) {
   const std::vector<uint8_t> bytes =
-      kiln::gen::build_model(reference_options(), *kiln::gguf::File::open(stories_path())).to_bytes();
-  std::istringstream sha(read_file(data_path("mpt-tiny.gguf.sha256")));
+      kiln::gen::build_model(reference_options(GetParam().qk_norm), *kiln::gguf::File::open(stories_path())).to_bytes();
+  std::istringstream sha(read_file(data_path(std::string(GetParam().name) + ".gguf.sha256")));
   std::string want;
   sha >> want;
   EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), want)
       << "kiln-gen no longer writes the file the committed llama.cpp logits were computed on";
 }
 
-TEST(Mpt, LogitsMatchLlamaCppOnEveryPathAndPosition) {
-  const Reference ref = read_reference();
+TEST_P(MptReference, LogitsMatchLlamaCppOnEveryPathAndPosition) {
+  const Reference ref = read_reference(GetParam());
   ASSERT_GE(ref.tokens.size(), 16u);
   ASSERT_EQ(ref.logits.size(), ref.tokens.size());
-  auto model = kiln::Model::load(reference_model());
+  auto model = kiln::Model::load(reference_model(GetParam()));
   const kiln::ModelConfig& c = model->config();
   ASSERT_EQ(c.positions, kiln::Positions::alibi);
   ASSERT_EQ(c.n_heads, 6u);
+  ASSERT_EQ(bool(model->layers[0].q_norm), GetParam().qk_norm);
   ASSERT_EQ(ref.logits[0].size(), c.n_vocab);
 
   struct Path {
@@ -145,15 +159,15 @@ TEST(Mpt, LogitsMatchLlamaCppOnEveryPathAndPosition) {
       std::vector<float> want(ref.logits[pos].begin(), ref.logits[pos].end());
       EXPECT_EQ(argmax(row), argmax(want)) << "position " << pos;
     }
-    std::printf("[ mpt-tiny ] %s: worst NMSE vs llama.cpp %.3g\n", p.name, worst);
+    std::printf("[ %s ] %s: worst NMSE vs llama.cpp %.3g\n", GetParam().name, p.name, worst);
   }
 }
 
 // llama.cpp's greedy continuation of the reference tokens, token ids: the same from kiln.
-TEST(Mpt, GreedyContinuationMatchesLlamaCpp) {
-  const Reference ref = read_reference();
+TEST_P(MptReference, GreedyContinuationMatchesLlamaCpp) {
+  const Reference ref = read_reference(GetParam());
   ASSERT_FALSE(ref.greedy.empty());
-  auto model = kiln::Model::load(reference_model());
+  auto model = kiln::Model::load(reference_model(GetParam()));
   kiln::Session s(*model, {.n_ctx = 64, .n_batch = 512, .n_threads = 1});
   std::span<const float> logits = s.decode(ref.tokens);
   std::vector<int32_t> got;
@@ -164,12 +178,15 @@ TEST(Mpt, GreedyContinuationMatchesLlamaCpp) {
   EXPECT_EQ(got, ref.greedy);
 }
 
+INSTANTIATE_TEST_SUITE_P(Files, MptReference, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.qk_norm ? "QkLn" : "Plain"); });
+
 // The real binary, greedy, 1 vs 2 threads: the same text, on the reference file and on
 // an MPT wide enough (240, FFN 960) that the runtime splits its matrices between threads.
 TEST(Mpt, GreedyTextIsTheSameAtOneAndTwoThreads) {
   kiln::gen::GenerateOptions wide = reference_options();
   wide.shape.name = "mpt-wide";
-  wide.shape.dim = 240, wide.shape.ffn_dim = 960, wide.shape.n_layers = 2;
+  wide.shape.dim = 240, wide.shape.ffn_dim = 960, wide.shape.n_layers = 2, wide.shape.qk_norm = true;
   for (const std::string& path : {reference_model(), write_model("mpt-wide.gguf", wide)}) {
     SCOPED_TRACE(path);
     std::string text[2];
@@ -203,6 +220,9 @@ TEST(Mpt, MissingKeyOrTensorIsOneClearError) {
   expect_one_line_error(without("mpt.attention.max_alibi_bias"), 1, "missing metadata key 'mpt.attention.max_alibi_bias'");
   expect_one_line_error(without("mpt.attention.layer_norm_epsilon"), 1,
                         "missing metadata key 'mpt.attention.layer_norm_epsilon'");
+  // Half of qk_ln is a broken file, not a model without it.
+  f = kiln::gguf::File::open(reference_model(kCases[1]));
+  expect_one_line_error(without("blk.0.attn_k_norm.weight"), 1, "attn_k_norm.weight come together");
 }
 
 TEST(Mpt, InfoShowsAlibiLayerNormAndGelu) {
