@@ -74,6 +74,15 @@ struct Ops {
   void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
   void (*f32_to_bf16)(const float* in, uint16_t* out, size_t n);
 
+  // LayerNorm (Ba et al. 2016): out = (x - mean) / sqrt(var + eps) * weight + bias, the
+  // variance of the centered values (two passes: no cancellation when |mean| >> std).
+  // bias may be nullptr (no bias); out may alias x.
+  void (*layernorm)(const float* x, const float* weight, const float* bias, float* out, size_t n, float eps);
+  // GELU, tanh approximation (Hendrycks & Gimpel 2016) as GPT-2/MPT use it:
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as x * sigmoid(2 u) (the same
+  // function; no 1 + tanh cancellation for negative x). out may alias x.
+  void (*gelu)(const float* x, float* out, size_t n);
+
   // Packed weights: bytes to hold rows x k of `type` in the layout this table's gemm
   // reads fastest (kernels/packed.h; built by pack_weights), or 0: it reads the file's.
   size_t (*packed_bytes)(TensorType type, size_t rows, size_t k);

@@ -627,6 +627,82 @@ TEST(VectorOps, SwigluMatchesFloat64) {
   }
 }
 
+// layernorm vs float64 (two-pass mean/variance): 2e-5 relative to the normalized value's
+// scale |w| + |b|. The inputs sit on a mean of 4 with spread 2 (a residual stream with
+// an offset), where a one-pass E[x^2] - mean^2 in float would lose digits; then every
+// SIMD table against the scalar reference, with and without bias, in place.
+TEST(VectorOps, LayernormMatchesFloat64AndScalar) {
+  std::mt19937 rng(11);
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (size_t n : kSizes) {
+      if (n == 1) continue;  // a single value normalizes to 0 / sqrt(eps): covered by the bias check below
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) + (with_bias ? " bias" : ""));
+        const auto x = random_floats(n, rng, 2.0f, 6.0f), wt = random_floats(n, rng, 0.5f, 1.5f),
+                   bias = random_floats(n, rng, -0.5f, 0.5f);
+        double mean = 0, var = 0;
+        for (float v : x) mean += v;
+        mean /= n;
+        for (float v : x) var += (v - mean) * (v - mean);
+        const double inv = 1.0 / std::sqrt(var / n + 1e-5);
+        auto out = x;
+        o.layernorm(out.data(), wt.data(), with_bias ? bias.data() : nullptr, out.data(), n, 1e-5f);  // in place
+        std::vector<float> ref(n + 1, 7.0f);
+        scalar().layernorm(x.data(), wt.data(), with_bias ? bias.data() : nullptr, ref.data(), n, 1e-5f);
+        EXPECT_EQ(ref[n], 7.0f) << "wrote past n";
+        for (size_t i = 0; i < n; ++i) {
+          const double want = (x[i] - mean) * inv * wt[i] + (with_bias ? bias[i] : 0.0);
+          const double tol = 2e-5 * (std::fabs(wt[i]) * std::fabs((x[i] - mean) * inv) + 1.0);
+          ASSERT_NEAR(out[i], want, tol) << i;
+          ASSERT_NEAR(out[i], ref[i], tol) << i;
+        }
+      }
+    }
+    float one = 3.0f, w = 2.0f, b = 0.25f, out = 0;
+    o.layernorm(&one, &w, &b, &out, 1, 1e-5f);
+    EXPECT_EQ(out, 0.25f) << "n=1: (x - mean) is exactly 0, only the bias is left";
+  }
+}
+
+// GELU (tanh form) vs float64 over the range activations take and past where e^(-2u)
+// overflows, and SIMD vs scalar: 2e-6 relative (the exp approximation plus a division)
+// plus |2u| * 1.2e-7, as float 2u carries a rounding of ~6e-8 relative that exp turns
+// into that much relative error of a result that is then ~x e^(2u) (x < 0).
+TEST(VectorOps, GeluMatchesFloat64AndScalar) {
+  std::mt19937 rng(12);
+  const auto gelu64 = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (size_t n : kSizes) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
+      // Negative x down to -9: gelu ~ x e^(-2u) reaches ~1e-33, where 1 + tanh would
+      // already be 0 in float; the relative check pins the small values too.
+      const auto x = random_floats(n, rng, -9.0f, 12.0f);
+      auto out = x;
+      o.gelu(out.data(), out.data(), n);  // in place
+      std::vector<float> ref(n + 1, 7.0f);
+      scalar().gelu(x.data(), ref.data(), n);
+      EXPECT_EQ(ref[n], 7.0f) << "wrote past n";
+      for (size_t i = 0; i < n; ++i) {
+        double want = gelu64(x[i]);
+        if (x[i] < -5) want = x[i] / (1.0 + std::exp(2.0 * std::sqrt(2.0 / M_PI) * (-x[i] - 0.044715 * x[i] * x[i] * x[i])));
+        const double two_u = 2.0 * std::sqrt(2.0 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        const double tol = (2e-6 + 1.2e-7 * std::fabs(two_u)) * std::fabs(want) + 1e-38;
+        ASSERT_NEAR(out[i], want, tol) << "x=" << x[i];
+        ASSERT_NEAR(out[i], ref[i], 2 * tol) << "x=" << x[i];
+      }
+    }
+    const std::vector<float> extreme = {-1e30f, -1000.0f, -30.0f, 0.0f, 30.0f, 1000.0f, 1e30f};
+    std::vector<float> out(extreme.size());
+    o.gelu(extreme.data(), out.data(), extreme.size());
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[i], 0.0f) << extreme[i];
+    for (size_t i = 4; i < extreme.size(); ++i) EXPECT_EQ(out[i], extreme[i]);
+  }
+}
+
 // rope vs the float64 rotation written out here: within 1e-6 * |x| (two roundings).
 TEST(VectorOps, RopeMatchesFloat64) {
   std::mt19937 rng(10);

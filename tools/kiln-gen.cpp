@@ -1,5 +1,6 @@
-// kiln-gen: writes a llama GGUF with seeded random weights of a real model's shape, for
-// benchmarks of models we cannot ship. The work is in src/model/generate_model.cpp.
+// kiln-gen: writes a llama or mpt GGUF (the shape says which) with seeded random weights
+// of a real model's shape, for benchmarks of models we cannot ship and for reference
+// files other engines run. The work is in src/model/generate_model.cpp.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -9,7 +10,7 @@
 #include "model/generate_model.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a llama-architecture GGUF with random weights of a real model's shape"};
+  CLI::App app{"Write a llama- or mpt-architecture GGUF with random weights of a real model's shape"};
   std::string shape_name, type_name = "f16", vocab_path, out_path;
   uint64_t seed = 1;
   uint32_t layers = 0;
@@ -27,7 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out_path, "Output GGUF file")->required();
   app.add_option("--layers", layers, "Override the shape's number of blocks");
   app.add_option("--weight-std", o.weight_std, "Standard deviation of the matrix weights")->capture_default_str();
+  app.add_option("--norm-jitter", o.norm_jitter, "Norm weights are 1 + uniform(-j, j)")->capture_default_str();
   app.add_flag("--tied", o.tie_output, "Tie the output projection to token_embd (no output.weight)");
+  bool qk_norm = false;
+  app.add_flag("--qk-norm", qk_norm, "mpt: add Q/K LayerNorms (attn_q_norm, attn_k_norm; MPT's qk_ln)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -37,6 +41,10 @@ int main(int argc, char** argv) {
     if (!type) throw kiln::Error("unknown --type '" + type_name + "' (f32, f16 or bf16)");
     o.shape = *shape;
     if (layers) o.shape.n_layers = layers;
+    if (qk_norm) {
+      if (o.shape.arch != "mpt") throw kiln::Error("--qk-norm is for mpt shapes");
+      o.shape.qk_norm = true;
+    }
     o.type = *type;
     o.seed = seed;
 

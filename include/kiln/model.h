@@ -27,13 +27,25 @@ struct WeightView {
   explicit operator bool() const { return data != nullptr; }
 };
 
+// Optional tensors (biases, Q/K norms, the gate of a gated FFN) are empty views when a
+// family does not have them; a fused QKV matrix is seen as three row ranges wq, wk, wv.
 struct LayerWeights {
-  WeightView attn_norm;          // [dim]
+  WeightView attn_norm, attn_norm_b;  // [dim]; the bias only with LayerNorm
   WeightView wq, wk, wv, wo;     // [n_heads*head_dim][dim], [n_kv*head_dim][dim] x2, [dim][n_heads*head_dim]
-  WeightView ffn_norm;           // [dim]
-  WeightView w_gate, w_up;       // [ffn][dim]
+  WeightView bq, bk, bv, bo;     // [n_heads*head_dim], [n_kv*head_dim] x2, [dim]
+  WeightView q_norm, q_norm_b;   // [n_heads*head_dim]: a norm over the whole Q row (MPT qk_ln)
+  WeightView k_norm, k_norm_b;   // [n_kv*head_dim]
+  WeightView ffn_norm, ffn_norm_b;  // [dim]
+  WeightView w_gate, w_up;       // [ffn][dim]; no gate when ffn is Ffn::gelu
+  WeightView b_up;               // [ffn]
   WeightView w_down;             // [dim][ffn]
+  WeightView b_down;             // [dim]
 };
+
+// What varies between families, as data the one forward pass reads.
+enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-mean)/std*w + b
+enum class Ffn { swiglu, gelu };         // down(silu(gate x) * up x), or down(gelu(up x + b)) + b
+enum class Positions { rope, alibi };    // rotary Q/K, or ALiBi biases on the attention scores
 
 struct ModelConfig {
   std::string arch;              // general.architecture
@@ -53,7 +65,12 @@ struct ModelConfig {
   uint32_t rope_orig_ctx = 0;    // rope.scaling.original_context_length (0: not given)
   float rope_attn_factor = 1.0f; // rope.scaling.attn_factor
   std::vector<float> rope_freq_factors;  // rope_freqs.weight: theta_i / factor_i (Llama 3.1)
-  float rms_eps = 1e-5f;         // attention.layer_norm_rms_epsilon
+  float rms_eps = 1e-5f;         // eps of every norm: attention.layer_norm_rms_epsilon (or layer_norm_epsilon)
+  Norm norm = Norm::rms;
+  Ffn ffn = Ffn::swiglu;
+  Positions positions = Positions::rope;
+  float max_alibi_bias = 0.0f;   // attention.max_alibi_bias: slopes 2^(-max_bias * i / n_heads) (Press et al. 2022)
+  float clamp_kqv = 0.0f;        // attention.clamp_kqv: Q, K, V clamped to [-c, c] (0: off)
   uint32_t n_vocab = 0;
   TensorType weight_type = TensorType::F32;  // the type most weight bytes have
 };
@@ -89,6 +106,7 @@ class Model {
 
   WeightView token_embd;         // [n_vocab][dim]
   WeightView output_norm;        // [dim]
+  WeightView output_norm_b;      // [dim], LayerNorm families only (optional)
   WeightView output;             // [n_vocab][dim], token_embd when the file ties them
   std::vector<LayerWeights> layers;
 

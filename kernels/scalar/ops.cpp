@@ -167,6 +167,28 @@ void f32_to_bf16_n(const float* in, uint16_t* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
+// The sums in double, as ggml's norm does: one float accumulator over thousands of
+// values would lose more to rounding than the SIMD tables' 8 or 16 lanes do.
+void layernorm(const float* x, const float* weight, const float* bias, float* out, size_t n, float eps) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = float(sum / double(n));
+  double sum_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) sum_sq += double(x[i] - mean) * double(x[i] - mean);
+  const float inv = 1.0f / std::sqrt(float(sum_sq / double(n)) + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = (x[i] - mean) * inv * weight[i] + (bias ? bias[i] : 0.0f);
+}
+
+// sqrt(2/pi) and GELU's cubic coefficient, doubled: x * sigmoid(2u) = x / (1 + e^(-2u)).
+constexpr float kGeluA = 2.0f * 0.7978845608028654f, kGeluB = 2.0f * 0.7978845608028654f * 0.044715f;
+
+void gelu(const float* x, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = v / (1.0f + std::exp(-(kGeluA * v + kGeluB * v * v * v)));
+  }
+}
+
 // Weights stay in the file layout and gemm takes float activations.
 size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
@@ -175,7 +197,8 @@ const Ops kScalarOps = {
     Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
     add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
     f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
-    no_packing,  no_packing,    no_prepare,    exp_sum,
+    layernorm,   gelu,
+    no_packing,  no_packing,    no_prepare, exp_sum,
 };
 
 }  // namespace

@@ -86,15 +86,22 @@ int info(InfoOptions& o) {
   std::printf("context:      %u (trained)\n", c.n_ctx_train);
   std::printf("layers:       %u, dim %u, ffn %u, heads %u, kv heads %u, head dim %u\n", c.n_layers, c.dim, c.ffn_dim,
               c.n_heads, c.n_kv_heads, c.head_dim);
-  std::string scaling;
-  try {
-    scaling = describe_rope(resolve_rope(c, {}));
-  } catch (const Error& e) {
-    scaling = std::string("unusable (") + e.what() + ")";
+  if (c.positions == Positions::alibi) {
+    std::printf("positions:    ALiBi, max bias %g\n", c.max_alibi_bias);
+  } else {
+    std::string scaling;
+    try {
+      scaling = describe_rope(resolve_rope(c, {}));
+    } catch (const Error& e) {
+      scaling = std::string("unusable (") + e.what() + ")";
+    }
+    std::printf("rope:         %u dims, theta %g, %s, scaling %s\n", c.n_rot, c.rope_theta,
+                c.rope_neox ? "neox" : "normal", scaling.c_str());
   }
-  std::printf("rope:         %u dims, theta %g, %s, scaling %s\n", c.n_rot, c.rope_theta, c.rope_neox ? "neox" : "normal",
-              scaling.c_str());
-  std::printf("rms eps:      %g\n", c.rms_eps);
+  if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
+  else std::printf("rms eps:      %g\n", c.rms_eps);
+  std::printf("ffn:          %s\n", c.ffn == Ffn::gelu ? "GELU MLP" : "SwiGLU");
+  if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
   std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");

@@ -17,7 +17,13 @@ struct Architecture {
 const Architecture* find_architecture(const std::string& name);
 std::vector<std::string> architecture_names();
 
+// Parts of a fused tensor as views of their own (no copy): rows [r0, r0 + n) of a 2-D
+// weight, e.g. Q, K and V of attn_qkv; elements [i0, i0 + n) of a 1-D F32 one (its bias).
+WeightView row_range(const WeightView& w, uint64_t r0, uint64_t n);
+WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n);
+
 // Architectures (one line each in src/models/registry.cpp).
 void load_llama(Model& model);
+void load_mpt(Model& model);
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// Random-weight llama GGUFs. Speed matters for the 1.1B shape (a billion values): one
+// Random-weight llama and mpt GGUFs. Speed matters for the 1.1B shape (a billion values): one
 // splitmix64 draw gives two 24-bit uniforms, and values are converted chunk by chunk into
 // the tensor's bytes, so the only large allocation is the file's own tensor data.
 #include "model/generate_model.h"
@@ -21,6 +21,13 @@ const ModelShape kShapes[] = {
     // For tests: GQA 4:2, head size 18 and FFN 140 so that no SIMD width divides the
     // row lengths and every kernel's tail path runs.
     {"tiny", 72, 2, 4, 2, 140, 256, 10000.0f, 1e-5f},
+    // MPT-7B (ALiBi, fused QKV, LayerNorm and GELU MLP without biases, tied output).
+    {"mpt-7b", 4096, 32, 32, 32, 16384, 2048, 10000.0f, 1e-5f, "mpt", 8.0f, 0.0f, false, false},
+    // For tests: an MPT with every optional bias and clamp_kqv (kiln-gen --qk-norm adds
+    // qk_ln), 6 heads so that ALiBi's slopes for a head count that is not a power of two
+    // (m1) are used, head size 12 and FFN 260 for SIMD tails. clamp_kqv 1.0 cuts ~20% of
+    // the Q/K/V values at --weight-std 0.1.
+    {"mpt-tiny", 72, 3, 6, 6, 260, 128, 10000.0f, 1e-5f, "mpt", 8.0f, 1.0f, true, false},
 };
 
 // splitmix64: a full-period 64-bit generator that passes BigCrush and costs a few cycles.
@@ -84,7 +91,9 @@ void check_shape(const ModelShape& s) {
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if ((s.dim / s.n_heads) % 2) bad("the head size must be even for RoPE");
+  if (s.arch != "llama" && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");
+  if (s.arch == "llama" && (s.dim / s.n_heads) % 2) bad("the head size must be even for RoPE");
+  if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
 }
 
 }  // namespace
@@ -113,20 +122,28 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
 
   using gguf::Value;
   gguf::Writer w;
-  w.set("general.architecture", Value::of_string("llama"));
+  const std::string a = s.arch + ".";
+  const bool mpt = s.arch == "mpt";
+  w.set("general.architecture", Value::of_string(s.arch));
   w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
   w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
   const uint32_t head_dim = s.dim / s.n_heads;
-  w.set("llama.context_length", Value::of_u32(s.n_ctx));
-  w.set("llama.embedding_length", Value::of_u32(s.dim));
-  w.set("llama.block_count", Value::of_u32(s.n_layers));
-  w.set("llama.feed_forward_length", Value::of_u32(s.ffn_dim));
-  w.set("llama.attention.head_count", Value::of_u32(s.n_heads));
-  w.set("llama.attention.head_count_kv", Value::of_u32(s.n_kv_heads));
-  w.set("llama.attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
-  w.set("llama.rope.freq_base", Value::of_f32(s.rope_theta));
-  w.set("llama.rope.dimension_count", Value::of_u32(head_dim));
-  w.set("llama.vocab_size", Value::of_u32((uint32_t)n_vocab));
+  w.set(a + "context_length", Value::of_u32(s.n_ctx));
+  w.set(a + "embedding_length", Value::of_u32(s.dim));
+  w.set(a + "block_count", Value::of_u32(s.n_layers));
+  w.set(a + "feed_forward_length", Value::of_u32(s.ffn_dim));
+  w.set(a + "attention.head_count", Value::of_u32(s.n_heads));
+  w.set(a + "attention.head_count_kv", Value::of_u32(s.n_kv_heads));
+  if (mpt) {
+    w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
+    w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
+    if (s.clamp_kqv > 0) w.set(a + "attention.clamp_kqv", Value::of_f32(s.clamp_kqv));
+  } else {
+    w.set(a + "attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
+    w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
+    w.set(a + "rope.dimension_count", Value::of_u32(head_dim));
+  }
+  w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   for (const auto& [key, value] : vocab.metadata())
     if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
 
@@ -135,18 +152,44 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
     w.add_tensor(name, o.type, {cols, rows},
                  random_tensor(o.type, rows * cols, 0.0, half_width, stream_seed(o.seed, name)));
   };
-  auto norm = [&](const std::string& name) {
-    w.add_tensor(name, TensorType::F32, {s.dim},
-                 random_tensor(TensorType::F32, s.dim, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
+  auto norm = [&](const std::string& name, uint64_t n = 0) {
+    n = n ? n : s.dim;
+    w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
+  };
+  auto bias = [&](const std::string& name, uint64_t n) {
+    if (s.biases)
+      w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 0.0, half_width, stream_seed(o.seed, name)));
   };
 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
                  kv_dim = uint64_t(s.n_kv_heads) * head_dim, ffn = s.ffn_dim;
   matrix("token_embd.weight", n_vocab, dim);
   norm("output_norm.weight");
+  if (mpt) bias("output_norm.bias", dim);
   if (!o.tie_output) matrix("output.weight", n_vocab, dim);
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
+    if (mpt) {
+      norm(b + "attn_norm.weight");
+      bias(b + "attn_norm.bias", dim);
+      matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, dim);
+      bias(b + "attn_qkv.bias", q_dim + 2 * kv_dim);
+      if (s.qk_norm) {
+        norm(b + "attn_q_norm.weight", q_dim);
+        bias(b + "attn_q_norm.bias", q_dim);
+        norm(b + "attn_k_norm.weight", kv_dim);
+        bias(b + "attn_k_norm.bias", kv_dim);
+      }
+      matrix(b + "attn_output.weight", dim, q_dim);
+      bias(b + "attn_output.bias", dim);
+      norm(b + "ffn_norm.weight");
+      bias(b + "ffn_norm.bias", dim);
+      matrix(b + "ffn_up.weight", ffn, dim);
+      bias(b + "ffn_up.bias", ffn);
+      matrix(b + "ffn_down.weight", dim, ffn);
+      bias(b + "ffn_down.bias", dim);
+      continue;
+    }
     norm(b + "attn_norm.weight");
     matrix(b + "attn_q.weight", q_dim, dim);
     matrix(b + "attn_k.weight", kv_dim, dim);

@@ -1,5 +1,5 @@
 #pragma once
-// Llama-architecture GGUF files with seeded random weights of a real model's shape: the
+// Llama- and MPT-architecture GGUF files with seeded random weights of a real model's shape: the
 // benchmark stand-in for models we cannot ship, and tiny models tests build on the fly.
 // Used by tools/kiln-gen.cpp and tests; the numbers are noise, the shapes and the file
 // layout are exactly what a converted checkpoint of that shape would have.
@@ -22,10 +22,17 @@ struct ModelShape {
   uint32_t ffn_dim = 0;     // feed_forward_length
   uint32_t n_ctx = 0;       // context_length
   float rope_theta = 10000.0f;
-  float rms_eps = 1e-5f;
+  float rms_eps = 1e-5f;         // of every norm (RMSNorm, or MPT's LayerNorm)
+  std::string arch = "llama";    // the layout written: "llama" or "mpt"
+  // MPT only.
+  float max_alibi_bias = 0.0f;   // attention.max_alibi_bias
+  float clamp_kqv = 0.0f;        // attention.clamp_kqv (0: not written)
+  bool biases = false;           // every optional bias: norms, QKV, attention output, FFN
+  bool qk_norm = false;          // attn_q_norm / attn_k_norm (LayerNorms over Q and K)
 };
 
-// The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny"); nullopt if unknown.
+// The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny");
+// nullopt if unknown.
 std::optional<ModelShape> find_shape(const std::string& name);
 std::vector<std::string> shape_names();
 
@@ -38,11 +45,12 @@ struct GenerateOptions {
   double weight_std = 0.02;
   // Norm weights are 1 + uniform(-norm_jitter, norm_jitter); 0 gives the 1.0 of a fresh
   // model. Tests use a jitter so that a runtime ignoring the norm weights is caught.
+  // Biases (shape.biases) are uniform with weight_std, around 0.
   double norm_jitter = 0.0;
   bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd)
 };
 
-// Builds the file in memory: llama.* hyperparameters from the shape, every tokenizer.*
+// Builds the file in memory: <arch>.* hyperparameters from the shape, every tokenizer.*
 // key copied from `vocab` (whose token list fixes n_vocab), random weights. Each tensor
 // gets its own stream derived from (seed, tensor name), so a tensor's values do not
 // depend on the order or number of the others (--layers 1 is a prefix of the full model).

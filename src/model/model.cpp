@@ -69,6 +69,21 @@ WeightView Model::weight(const std::string& name, std::vector<uint64_t> expect_d
   return w;
 }
 
+WeightView row_range(const WeightView& w, uint64_t r0, uint64_t n) {
+  WeightView part = w;
+  part.data = static_cast<const uint8_t*>(w.data) + r0 * w.row_bytes;
+  part.rows = n;
+  return part;
+}
+
+WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n) {
+  WeightView part = w;
+  part.data = static_cast<const float*>(w.data) + i0;
+  part.cols = n;
+  part.row_bytes = n * sizeof(float);
+  return part;
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& params) {
   auto model = std::make_unique<Model>();
   model->file_ = gguf::File::open(path);
@@ -95,6 +110,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
                 " must be even and at most the head size " + std::to_string(c.head_dim));
   if (!(c.rms_eps > 0) || !(c.rope_theta > 0))
     throw Error(path + ": " + p + "layer_norm_rms_epsilon and rope.freq_base must be positive");
+  if (c.positions == Positions::alibi && !(c.max_alibi_bias > 0))
+    throw Error(path + ": " + p + "attention.max_alibi_bias must be positive for ALiBi");
+  if (!(c.clamp_kqv >= 0)) throw Error(path + ": " + p + "attention.clamp_kqv must not be negative");
 
   model->tokenizer_ = Tokenizer::from_gguf(f);
   if (model->tokenizer_->n_vocab() > (int32_t)c.n_vocab)
@@ -148,6 +166,12 @@ uint64_t Model::hash_weights() const {
     h.str(rope_scaling_name(c.rope_scaling));
     for (float v : {c.rope_scale, c.rope_attn_factor}) h.u64(float_bits(v));
     h.u64(c.rope_orig_ctx);
+  }
+  // Only what departs from Llama's defaults, so that existing identities stay the same.
+  if (c.norm != Norm::rms || c.ffn != Ffn::swiglu || c.positions != Positions::rope || c.clamp_kqv != 0) {
+    h.u64(static_cast<uint64_t>(c.norm) | static_cast<uint64_t>(c.ffn) << 8 | static_cast<uint64_t>(c.positions) << 16);
+    h.u64(float_bits(c.max_alibi_bias));
+    h.u64(float_bits(c.clamp_kqv));
   }
   h.u64(file_->tensors().size());
   constexpr uint64_t kSample = 4096;

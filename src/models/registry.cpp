@@ -5,6 +5,7 @@ namespace {
 
 constexpr Architecture kArchitectures[] = {
     {"llama", load_llama},
+    {"mpt", load_mpt},
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 // (RMSNorm -> Q,K,V -> RoPE -> cache -> causal attention -> Wo -> residual,
 // RMSNorm -> SwiGLU FFN -> residual) -> final RMSNorm -> logits.
 // A call processes a batch of tokens at once (prefill is matrix x matrix).
+// Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
+// optional biases, Q/K/V clamping and Q/K norms, ALiBi instead of RoPE, GELU MLP.
 #include "kiln/session.h"
 
 #include <algorithm>
@@ -47,6 +49,32 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p) {
   return s;
 }
 
+// ALiBi (Press et al. 2022): the score of the query at key position n-1 with key j gets
+// slope * (j - (n-1)), a penalty linear in the distance. (llama.cpp adds the same, as
+// slope * -|i - j| in its mask; a per-row constant such as slope * j would give the same
+// softmax but larger values to round.)
+void add_alibi(float* row, size_t n, float slope) {
+  for (size_t j = 0; j < n; ++j) row[j] += slope * float(int64_t(j) - int64_t(n - 1));
+}
+// The same for a block of keys that starts `first` positions after the query (<= 0).
+void add_alibi(float* row, size_t n, float slope, int64_t first) {
+  for (size_t j = 0; j < n; ++j) row[j] += slope * float(first + int64_t(j));
+}
+
+// Head h's slope: the geometric sequence 2^(-8/n), 2^(-16/n), ... for max_bias 8 over the
+// largest power of two n <= n_heads; the remaining heads take the odd terms of the
+// sequence for 2n (the paper's rule, computed in float as ggml's soft_max does).
+std::vector<float> alibi_slopes(const ModelConfig& c) {
+  if (c.positions != Positions::alibi) return {};
+  const uint32_t n_pow2 = 1u << uint32_t(std::floor(std::log2(double(c.n_heads))));
+  const float m0 = std::pow(2.0f, -c.max_alibi_bias / float(n_pow2));
+  const float m1 = std::pow(2.0f, -(c.max_alibi_bias / 2.0f) / float(n_pow2));
+  std::vector<float> slopes(c.n_heads);
+  for (uint32_t h = 0; h < c.n_heads; ++h)
+    slopes[h] = h < n_pow2 ? std::pow(m0, float(h + 1)) : std::pow(m1, float(2 * (h - n_pow2) + 1));
+  return slopes;
+}
+
 }  // namespace
 
 struct Session::Impl {
@@ -62,6 +90,7 @@ struct Session::Impl {
 
   RopeConfig rope_config;
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
+  std::vector<float> alibi_slope;   // [n_heads] with Positions::alibi, else empty
   // Activations for one batch of B <= n_batch tokens, row-major by token.
   std::vector<float> x;       // [B][dim]    residual stream
   std::vector<float> xb;      // [B][dim]    normed input of a sublayer
@@ -69,7 +98,7 @@ struct Session::Impl {
   std::vector<float> k;       // [B][kv_dim]
   std::vector<float> v;       // [B][kv_dim]
   std::vector<float> att;     // [B][n_heads * head_dim]  attention output before Wo
-  std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
   std::vector<float> hb2;     // [B][ffn_dim] up
   static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
   std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
@@ -85,7 +114,8 @@ struct Session::Impl {
         n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv_cache(kv_shape_),
-        flash(!kv_shape_.v_transposed) {
+        flash(!kv_shape_.v_transposed),
+        alibi_slope(alibi_slopes(m.config())) {
     const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
     x.resize(B * c.dim);
     xb.resize(B * c.dim);
@@ -240,6 +270,7 @@ struct Session::Impl {
             float* row = S + b * n_keys;
             const size_t visible = size_t(pos0) + b0 + b + 1;
             ops.scale(row, scale, visible);
+            if (!alibi_slope.empty()) add_alibi(row, visible, alibi_slope[h]);
             ops.softmax(row, visible);
             std::fill(row + visible, row + n_keys, 0.0f);
           }
@@ -268,6 +299,7 @@ struct Session::Impl {
           ops.gemm(qk);
           for (size_t i = 0; i < nh; ++i) {
             ops.scale(S + i * n_keys, scale, n_keys);
+            if (!alibi_slope.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope[h0 + i]);
             ops.softmax(S + i * n_keys, n_keys);
           }
           ops.gemm({v_type, kv_cache.vt(l) + kvh * hd * vt_row, vt_row, S, n_keys, &att[h0 * hd], hd, n_keys, nh, 0,
@@ -343,6 +375,8 @@ struct Session::Impl {
             const size_t visible = seen > j0 ? std::min(nk, seen - j0) : 0;
             if (visible > 0) {
               ops.scale(s_row, scale, visible);
+              if (!alibi_slope.empty())
+                add_alibi(s_row, visible, alibi_slope[kvh * group + g0 + i / nb], int64_t(j0) - int64_t(seen - 1));
               float block_max = s_row[0];
               for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, s_row[j]);
               const float m_new = std::max(m[i], block_max);
@@ -367,6 +401,25 @@ struct Session::Impl {
     one_thread ? run(0, 1) : pool.run(run);
   }
 
+  // out[b] = norm(in[b]) * w (+ bias) for B rows of n floats: the family's norm.
+  void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B) {
+    const float* weight = static_cast<const float*>(w.data);
+    const float* b_data = static_cast<const float*>(bias.data);  // nullptr without a bias
+    for (size_t b = 0; b < B; ++b) {
+      if (c.norm == Norm::layer) {
+        ops.layernorm(in + b * n, weight, b_data, out + b * n, n, c.rms_eps);
+      } else {
+        ops.rmsnorm(in + b * n, weight, out + b * n, n, c.rms_eps);
+        if (b_data) ops.add(out + b * n, b_data, out + b * n, n);
+      }
+    }
+  }
+  // y[b] += bias for B rows of n floats; nothing when the family has no such bias.
+  void add_bias(float* y, const WeightView& bias, size_t n, size_t B) {
+    if (!bias) return;
+    for (size_t b = 0; b < B; ++b) ops.add(y + b * n, static_cast<const float*>(bias.data), y + b * n, n);
+  }
+
   // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;
   // logits_out == nullptr only fills the KV cache.
   void forward(const int32_t* tokens, size_t B, float* logits_out, bool all_logits) {
@@ -378,25 +431,46 @@ struct Session::Impl {
 
     for (size_t l = 0; l < c.n_layers; ++l) {
       const LayerWeights& L = model.layers[l];
-      const float* attn_norm = static_cast<const float*>(L.attn_norm.data);
-      for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], attn_norm, &xb[b * dim], dim, c.rms_eps);
+      norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
 
       matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
+      add_bias(q.data(), L.bq, q_dim, B);
+      add_bias(k.data(), L.bk, kv_dim, B);
+      add_bias(v.data(), L.bv, kv_dim, B);
+      if (c.clamp_kqv > 0) {  // MPT's clip_qkv, which bounded the attention logits in training
+        const auto clamp = [&](std::vector<float>& t, size_t n) {
+          for (size_t i = 0; i < B * n; ++i) t[i] = std::clamp(t[i], -c.clamp_kqv, c.clamp_kqv);
+        };
+        clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
+      }
+      if (L.q_norm) {  // qk_ln: a norm over each token's whole Q row and whole K row
+        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), q_dim, B);
+        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kv_dim, B);
+      }
       for (size_t b = 0; b < B; ++b) {
-        const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
-        ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
-        ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+        if (c.positions == Positions::rope) {
+          const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
+          ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
+          ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+        }
         kv_cache.store(l, pos0 + b, &k[b * kv_dim], &v[b * kv_dim]);
       }
       attention(l, pos0, B);
       matmul(L.wo, att.data(), xb.data(), B);
+      add_bias(xb.data(), L.bo, dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
 
-      const float* ffn_norm = static_cast<const float*>(L.ffn_norm.data);
-      for (size_t b = 0; b < B; ++b) ops.rmsnorm(&x[b * dim], ffn_norm, &xb[b * dim], dim, c.rms_eps);
-      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
-      for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
+      if (c.ffn == Ffn::swiglu) {
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      } else {
+        matmul(L.w_up, xb.data(), hb.data(), B);
+        add_bias(hb.data(), L.b_up, ffn, B);
+        for (size_t b = 0; b < B; ++b) ops.gelu(&hb[b * ffn], &hb[b * ffn], ffn);
+      }
       matmul(L.w_down, hb.data(), xb.data(), B);
+      add_bias(xb.data(), L.b_down, dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
     }
 
@@ -404,8 +478,7 @@ struct Session::Impl {
     if (!logits_out) return;
     // Only the rows whose logits are wanted go through the final norm and the classifier.
     const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
-    const float* out_norm = static_cast<const float*>(model.output_norm.data);
-    for (size_t b = first; b < B; ++b) ops.rmsnorm(&x[b * dim], out_norm, &xb[(b - first) * dim], dim, c.rms_eps);
+    norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
     matmul(model.output, xb.data(), logits_out, n_out);
   }
 };

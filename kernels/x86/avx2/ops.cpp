@@ -147,6 +147,51 @@ float exp_sum(float* x, size_t n, float max) {
   return hsum(sv);
 }
 
+void layernorm(const float* x, const float* weight, const float* bias, float* out, size_t n, float eps) {
+  __m256 sv = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) sv = _mm256_add_ps(sv, _mm256_loadu_ps(x + i));
+  if (i < n) sv = _mm256_add_ps(sv, load_tail(x + i, n - i));
+  const __m256 mean = _mm256_set1_ps(hsum(sv) / (float)n);
+  __m256 qv = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), mean);
+    qv = _mm256_fmadd_ps(d, d, qv);
+  }
+  if (i < n) {  // the padding lanes must add 0, not mean^2
+    const __m256 d = _mm256_sub_ps(load_tail(x + i, n - i), mean);
+    const size_t m = n - i;
+    Lanes keep;
+    for (size_t j = 0; j < m; ++j) keep.v[j] = 1.0f;
+    const __m256 dm = _mm256_mul_ps(d, _mm256_load_ps(keep.v));
+    qv = _mm256_fmadd_ps(dm, dm, qv);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / __builtin_sqrtf(hsum(qv) / (float)n + eps));
+  const auto row = [&](__m256 xv, __m256 wv, __m256 bv) {
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sub_ps(xv, mean), inv), wv, bv);
+  };
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, row(_mm256_loadu_ps(x + i), _mm256_loadu_ps(weight + i),
+                                  bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps()));
+  if (i < n)
+    store_tail(out + i, row(load_tail(x + i, n - i), load_tail(weight + i, n - i),
+                            bias ? load_tail(bias + i, n - i) : _mm256_setzero_ps()), n - i);
+}
+
+// gelu(x) = x / (1 + e^(-2u)), 2u = x (a + b x^2) (see kernels.h).
+inline __m256 gelu_ps(__m256 x) {
+  const __m256 a = _mm256_set1_ps(2.0f * 0.7978845608028654f), b = _mm256_set1_ps(2.0f * 0.7978845608028654f * 0.044715f);
+  const __m256 u2 = _mm256_mul_ps(x, _mm256_fmadd_ps(b, _mm256_mul_ps(x, x), a));
+  const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), u2));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void gelu(const float* x, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_ps(_mm256_loadu_ps(x + i)));
+  if (i < n) store_tail(out + i, gelu_ps(load_tail(x + i, n - i)), n - i);
+}
+
 inline __m256 swiglu_ps(__m256 g, __m256 u) {
   const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
   return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
@@ -273,6 +318,7 @@ const Ops kOps = {
     Isa::avx2,    gemm_supports,  gemm,    dot,         axpy,        scale,
     add,          rmsnorm,        softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
+    layernorm,    gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 
@@ -283,6 +329,7 @@ const Ops kOpsVnni = {
     Isa::avxvnni, gemm_supports,  gemm_vnni, dot,         axpy,        scale,
     add,          rmsnorm,        softmax,   swiglu,      rope,        fp16_to_f32,
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
+    layernorm,    gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 #endif

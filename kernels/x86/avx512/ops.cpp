@@ -132,6 +132,53 @@ float exp_sum(float* x, size_t n, float max_value) {
   return _mm512_reduce_add_ps(sv);
 }
 
+void layernorm(const float* x, const float* weight, const float* bias, float* out, size_t n, float eps) {
+  __m512 sv = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) sv = _mm512_add_ps(sv, _mm512_loadu_ps(x + i));
+  if (i < n) sv = _mm512_add_ps(sv, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+  const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(sv) / (float)n);
+  __m512 qv = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), mean);
+    qv = _mm512_fmadd_ps(d, d, qv);
+  }
+  if (i < n) {  // zero-masked so the padding lanes add 0, not mean^2
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + i), mean);
+    qv = _mm512_fmadd_ps(d, d, qv);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / __builtin_sqrtf(_mm512_reduce_add_ps(qv) / (float)n + eps));
+  const auto row = [&](__m512 xv, __m512 wv, __m512 bv) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(xv, mean), inv), wv, bv);
+  };
+  for (i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, row(_mm512_loadu_ps(x + i), _mm512_loadu_ps(weight + i),
+                                  bias ? _mm512_loadu_ps(bias + i) : _mm512_setzero_ps()));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(out + i, m, row(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, weight + i),
+                                          bias ? _mm512_maskz_loadu_ps(m, bias + i) : _mm512_setzero_ps()));
+  }
+}
+
+// gelu(x) = x / (1 + e^(-2u)), 2u = x (a + b x^2) (see kernels.h).
+inline __m512 gelu_ps(__m512 x) {
+  const __m512 a = _mm512_set1_ps(2.0f * 0.7978845608028654f), b = _mm512_set1_ps(2.0f * 0.7978845608028654f * 0.044715f);
+  const __m512 u2 = _mm512_mul_ps(x, _mm512_fmadd_ps(b, _mm512_mul_ps(x, x), a));
+  const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), u2));
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+void gelu(const float* x, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, gelu_ps(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(out + i, m, gelu_ps(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
 inline __m512 swiglu_ps(__m512 g, __m512 u) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
@@ -248,6 +295,7 @@ const Ops kOps = {
     Isa::avx512, gemm_supports, gemm,    dot,         axpy,        scale,
     add,         rmsnorm,       softmax, swiglu,      rope,        fp16_to_f32,
     f32_to_fp16, bf16_to_f32,   f32_to_bf16,
+    layernorm,   gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
 };
 
