@@ -37,7 +37,10 @@ class Chat {
                 const std::atomic<bool>* cancel = nullptr);
 
   // "" removes it. Takes effect at the next turn (which then re-evaluates from the start).
+  // Takes effect from the start of the conversation (re-evaluated); after a context shift
+  // (shifted()), only from the next clear().
   void set_system(std::string text) { system_ = std::move(text); }
+  bool shifted() const { return shifted_; }
   const std::string& system() const { return system_; }
   // A new conversation; the system prompt stays.
   void clear();
@@ -68,6 +71,9 @@ class Chat {
     std::string text;
   };
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  ChatTurn send_appended(const nlohmann::ordered_json& conversation, const std::string& prompt,
+                         const std::string& user_text, int32_t n_predict,
+                         const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
 
   Generator& generator_;
   const Tokenizer& tokenizer_;
@@ -76,6 +82,10 @@ class Chat {
   std::string system_;
   nlohmann::ordered_json turns_ = nlohmann::ordered_json::array();  // user/assistant messages
   std::vector<Segment> segments_;  // cover generator_.history() exactly
+  // A context shift dropped tokens from the cache: it no longer holds a rendering of the
+  // conversation, so later turns append the text the template adds for them (as
+  // llama.cpp's chat does) until clear().
+  bool shifted_ = false;
 };
 
 }  // namespace kiln

@@ -23,6 +23,7 @@ struct GenerationStats {
   double prompt_ms = 0;
   double generate_ms = 0;   // sampling + decoding of generated tokens
   StopReason stop = StopReason::none;
+  int32_t n_discarded = 0;  // tokens the context shift dropped during this call
 };
 
 class Generator {
@@ -33,7 +34,7 @@ class Generator {
   // n_predict tokens (< 0: until end of generation or a full context), calling on_text with
   // each piece of complete UTF-8 text. `cancel` (optional) stops between tokens.
   // If the new tokens cannot fit in the context, throws kiln::Error and the history and
-  // cache are left exactly as before the call.
+  // cache are left as before the call (but for a context shift that made room).
   GenerationStats generate(const std::vector<int32_t>& new_tokens, int32_t n_predict,
                            const std::function<void(std::string_view)>& on_text,
                            const std::atomic<bool>* cancel = nullptr);
@@ -51,6 +52,11 @@ class Generator {
   void set_history(std::vector<int32_t> tokens);
   // Re-feeds the history to the sampler's penalty window (after its settings changed).
   void resync_sampler();
+  // Context shift (llama.cpp's --context-shift): when the context is full, keep the first
+  // n_keep tokens of the history (the BOS token always), drop half of the rest and go on
+  // (Session::shift_context). Off by default: a full context stops generation. A prompt
+  // that does not fit makes room the same way, if it fits once the history is dropped.
+  void set_context_shift(bool enabled, int32_t n_keep = 0);
 
  private:
   Session& session_;
@@ -59,6 +65,12 @@ class Generator {
   std::vector<int32_t> masked_ids_;  // end-of-generation ids, when they are ignored
   std::vector<float> masked_logits_;
   std::vector<int32_t> history_;  // every token of the conversation; the last may not be cached yet
+  bool context_shift_ = false;
+  int32_t n_keep_ = 0;
+
+  // Drops n_discard cached tokens after the kept ones (cache and history alike).
+  void shift(int32_t n_discard, GenerationStats& stats);
+  int32_t kept() const;
 };
 
 }  // namespace kiln

@@ -43,6 +43,7 @@ std::string Chat::rendered() const { return render(messages(), false); }
 void Chat::clear() {
   turns_ = ordered_json::array();
   segments_.clear();
+  shifted_ = false;
   generator_.reset();
 }
 
@@ -51,6 +52,7 @@ ChatTurn Chat::send(const std::string& user_text, int32_t n_predict,
   ordered_json conversation = messages();
   conversation.push_back({{"role", "user"}, {"content", user_text}});
   const std::string prompt = render(conversation, true);
+  if (shifted_) return send_appended(conversation, prompt, user_text, n_predict, on_text, cancel);
 
   // The longest run of whole segments whose text the new rendering still starts with:
   // their tokens stay in the cache, everything after them is evaluated.
@@ -86,6 +88,13 @@ ChatTurn Chat::send(const std::string& user_text, int32_t n_predict,
     on_text(text);
   }, cancel);  // throws with the generator back at keep_tokens, which segments_ describe
 
+  if (turn.stats.n_discarded > 0) {
+    shifted_ = true;
+    segments_.assign(1, {(int32_t)generator_.history().size(), ""});
+    turns_.push_back({{"role", "user"}, {"content", user_text}});
+    turns_.push_back({{"role", "assistant"}, {"content", turn.reply}});
+    return turn;
+  }
   segments_.insert(segments_.end(), new_segments.begin(), new_segments.end());
   const std::vector<int32_t>& history = generator_.history();
   int32_t n_content = turn.stats.n_generated;
@@ -101,10 +110,35 @@ ChatTurn Chat::send(const std::string& user_text, int32_t n_predict,
   return turn;
 }
 
+ChatTurn Chat::send_appended(const ordered_json& conversation, const std::string& prompt, const std::string& user_text,
+                             int32_t n_predict, const std::function<void(std::string_view)>& on_text,
+                             const std::atomic<bool>* cancel) {
+  // The template's text for this turn: what the rendering gains over the previous one
+  // (templates that re-render earlier turns differently get the new turn on its own).
+  const std::string before = render(messages(), false);
+  std::string delta;
+  if (prompt.compare(0, before.size(), before) == 0) {
+    delta = prompt.substr(before.size());
+  } else {
+    delta = render(ordered_json::array({conversation.back()}), true);
+    if (!bos_text_.empty() && delta.compare(0, bos_text_.size(), bos_text_) == 0) delta.erase(0, bos_text_.size());
+  }
+  ChatTurn turn;
+  turn.n_reused = (int32_t)generator_.history().size();
+  turn.stats = generator_.generate(tokenizer_.encode(delta, false, true), n_predict, [&](std::string_view text) {
+    turn.reply.append(text);
+    on_text(text);
+  }, cancel);
+  segments_.assign(1, {(int32_t)generator_.history().size(), ""});
+  turns_.push_back({{"role", "user"}, {"content", user_text}});
+  turns_.push_back({{"role", "assistant"}, {"content", turn.reply}});
+  return turn;
+}
+
 ordered_json Chat::state() const {
   ordered_json segments = ordered_json::array();
   for (const Segment& s : segments_) segments.push_back({s.n_tokens, s.text});
-  return {{"system", system_}, {"turns", turns_}, {"segments", segments}};
+  return {{"system", system_}, {"turns", turns_}, {"segments", segments}, {"shifted", shifted_}};
 }
 
 void Chat::restore(const ordered_json& state) {
@@ -126,9 +160,11 @@ void Chat::restore(const ordered_json& state) {
     if (total != generator_.history().size())
       throw Error("segments cover " + std::to_string(total) + " tokens, the conversation has " +
                   std::to_string(generator_.history().size()));
+    const bool shifted = state.value("shifted", false);
     system_ = std::move(system);
     turns_ = std::move(turns);
     segments_ = std::move(segments);
+    shifted_ = shifted;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("chat state: ") + e.what());
   }

@@ -172,6 +172,8 @@ CommandResult run_command(ChatState& s, const std::string& line) {
 void report_turn(const ChatState& s, const ChatTurn& turn) {
   const GenerationStats& st = turn.stats;
   if (st.stop == StopReason::cancelled) say("(stopped)");
+  if (st.n_discarded > 0)
+    say("(the context was full: " + std::to_string(st.n_discarded) + " older tokens were dropped to go on)");
   if (st.stop == StopReason::context_full)
     say("(the context of " + std::to_string(s.session.n_ctx()) + " tokens is full: /clear to start over, or raise -c)");
   if (!s.verbose) return;

@@ -36,6 +36,7 @@ int chat(ChatOptions& o) {
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
+  generator.set_context_shift(o.gen.context_shift, o.gen.n_keep);
   std::string template_origin;
   Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &template_origin));
   chat.set_system(o.system);
@@ -107,6 +108,7 @@ void register_chat(CLI::App& app, Action& action) {
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
+  add_context_shift_options(*cmd, o->gen, /*on_by_default=*/true);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return chat(*o); }; });
 }

@@ -51,6 +51,7 @@ int run(RunOptions& o) {
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
+  generator.set_context_shift(o.gen.context_shift, o.gen.n_keep);
 
   bool ends_with_newline = true;
   const auto print = [&](std::string_view text) {
@@ -76,7 +77,9 @@ int run(RunOptions& o) {
   if (!ends_with_newline) std::fputc('\n', stdout);
   std::fflush(stdout);
   if (st.stop == StopReason::context_full)
-    spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c", session.n_ctx());
+    spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c (or --context-shift)", session.n_ctx());
+  if (st.n_discarded > 0)
+    spdlog::info("context shift: {} older tokens dropped to go on past the context of {}", st.n_discarded, session.n_ctx());
   spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {:.1f} ms ({:.1f} tok/s) | stop: {}",
                st.n_prompt, st.prompt_ms, st.n_prompt * 1000.0 / std::max(st.prompt_ms, 1e-9), st.n_generated,
                st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop));
@@ -99,6 +102,7 @@ void register_run(CLI::App& app, Action& action) {
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
+  add_context_shift_options(*cmd, o->gen, /*on_by_default=*/false);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return run(*o); }; });
 }

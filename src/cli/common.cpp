@@ -130,6 +130,18 @@ void add_sampling_options(CLI::App& app, GenerationOptions& g) {
   app.add_option("-s,--seed", p.seed, "Random seed (default: random)");
 }
 
+void add_context_shift_options(CLI::App& app, GenerationOptions& g, bool on_by_default) {
+  g.context_shift = on_by_default;
+  if (on_by_default)
+    app.add_flag("--no-context-shift{false}", g.context_shift,
+                 "Stop when the context is full instead of dropping the older half of the conversation");
+  else
+    app.add_flag("--context-shift", g.context_shift,
+                 "When the context is full, drop the older half of the text (after --keep tokens) and go on");
+  app.add_option("--keep", g.n_keep, "Tokens at the start that a context shift keeps (the BOS token always)")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void setup_logging(const LogOptions& opts) {
   auto logger = spdlog::stderr_color_mt("kiln");
   logger->set_pattern("%v");

@@ -50,8 +50,12 @@ struct GenerationOptions {
   SamplerParams sampling;
   int32_t n_predict = -1;
   bool ignore_eos = false;
+  bool context_shift = false;
+  int32_t n_keep = 0;
 };
 void add_sampling_options(CLI::App& app, GenerationOptions& opts);
+// --context-shift (or, where it is the default, --no-context-shift) and --keep.
+void add_context_shift_options(CLI::App& app, GenerationOptions& opts, bool on_by_default);
 
 // Which chat template a conversation uses: --chat-template NAME (built in),
 // --chat-template-file FILE, else the model's tokenizer.chat_template, else plain text

@@ -35,6 +35,24 @@ void Generator::set_ignore_eos(bool ignore) {
     if (tokenizer_.is_eog(id)) masked_ids_.push_back(id);
 }
 
+void Generator::set_context_shift(bool enabled, int32_t n_keep) {
+  if (n_keep < 0) throw Error("--keep must not be negative");
+  context_shift_ = enabled;
+  n_keep_ = n_keep;
+}
+
+int32_t Generator::kept() const {
+  const bool bos_first = !history_.empty() && history_[0] == tokenizer_.bos() && tokenizer_.bos() >= 0;
+  return std::min<int32_t>(std::max<int32_t>(n_keep_, bos_first ? 1 : 0), session_.n_past());
+}
+
+void Generator::shift(int32_t n_discard, GenerationStats& stats) {
+  const int32_t keep = kept();
+  session_.shift_context(keep, n_discard);
+  history_.erase(history_.begin() + keep, history_.begin() + keep + n_discard);
+  stats.n_discarded += n_discard;
+}
+
 void Generator::reset() {
   history_.clear();
   session_.reset();
@@ -65,9 +83,16 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
                                     const std::function<void(std::string_view)>& on_text,
                                     const std::atomic<bool>* cancel) {
   GenerationStats stats;
+  const size_t n_ctx = (size_t)session_.n_ctx();
+  if (context_shift_ && history_.size() + new_tokens.size() > n_ctx) {
+    // Room for the prompt: half of what may go, or all that must if that is more.
+    const int64_t need = int64_t(history_.size() + new_tokens.size()) - int64_t(n_ctx);
+    const int64_t movable = int64_t(session_.n_past()) - kept();
+    if (need <= movable) shift((int32_t)std::max<int64_t>(need, movable / 2), stats);
+  }
   const size_t cached = (size_t)session_.n_past();
   const size_t history_before = history_.size();
-  if (history_before + new_tokens.size() > (size_t)session_.n_ctx())
+  if (history_before + new_tokens.size() > n_ctx)
     throw Error("prompt does not fit: " + std::to_string(history_before) + " tokens of history + " +
                 std::to_string(new_tokens.size()) + " new exceed the context size " +
                 std::to_string(session_.n_ctx()) + " (use -c to raise it)");
@@ -108,7 +133,11 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     const std::string text = detok.push(token);
     if (!text.empty()) on_text(text);
     if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
-    if (session_.n_past() >= session_.n_ctx()) { stats.stop = StopReason::context_full; break; }
+    if (session_.n_past() >= session_.n_ctx()) {
+      const int32_t movable = session_.n_past() - kept();
+      if (!context_shift_ || movable < 2) { stats.stop = StopReason::context_full; break; }
+      shift(movable / 2, stats);
+    }
     const int32_t one[1] = {token};
     logits = session_.decode(one);
   }

@@ -578,8 +578,9 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
     const double norm = std::hypot((double)back[i], (double)back[i + 1]);
     back[i] = float(back[i] / norm), back[i + 1] = float(-back[i + 1] / norm);
   }
+  const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
   s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
-    s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back.data(), s.c.rope_neox);
+    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back.data(), s.c.rope_neox);
   });
   s.n_past -= n_discard;
 }
