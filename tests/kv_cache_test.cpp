@@ -240,5 +240,31 @@ TEST(KvCacheQuality, PerplexityChangeOnStories) {
   EXPECT_GT(ppl("-ctk q4_0 -ctv q4_0") / f32, 1.5) << "q4_0 keys on 8-wide heads are known to be unusable";
 }
 
+// Keys rotated under other RoPE settings (--rope-scale 2) are not reusable: the file
+// records them, and only a session with the same settings takes it.
+TEST(KvCacheTypes, SessionFilesRecordTheRopeSettings) {
+  const auto& tokens = long_tokens();
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 40);
+  SessionParams scaled = params(TensorType::F16, TensorType::F16, FlashAttention::automatic);
+  scaled.rope.factor = 2.0f;
+  const std::string path = test::temp_dir() + "/scaled.kiln";
+  {
+    Session a(stories(), scaled);
+    a.decode(prompt);
+    EXPECT_NE(a.kv_state_desc(a.n_past()).positions, 0u);
+    save_session_file(path, a, prompt, "");
+  }
+  Session plain(stories(), params(TensorType::F16, TensorType::F16, FlashAttention::automatic));
+  EXPECT_EQ(plain.kv_state_desc(1).positions, 0u) << "the model's own RoPE keeps the files of before";
+  try {
+    load_session_file(path, plain);
+    ADD_FAILURE() << "keys of another RoPE were loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rotated with other RoPE settings"), std::string::npos) << e.what();
+  }
+  Session same(stories(), scaled);
+  EXPECT_EQ(load_session_file(path, same).tokens, prompt);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -22,6 +22,10 @@ struct KvStateDesc {
   uint32_t kv_dim = 0;       // key (and value) width per position and layer
   int32_t n_pos = 0;         // positions held
   uint64_t layer_bytes = 0;  // one layer's keys and values
+  // A hash of the RoPE settings the keys were rotated with when they differ from the
+  // model's unscaled RoPE (--rope-* flags, scaling metadata), else 0: a cache is only
+  // reusable under the same angles.
+  uint64_t positions = 0;
   uint64_t bytes() const { return uint64_t(n_layers) * layer_bytes; }
   bool operator==(const KvStateDesc&) const = default;
 };

@@ -10,14 +10,15 @@
 //   24  u32      n_ctx of the session that saved it
 //   28  u32      n_tokens: the conversation's token history
 //   32  u32      n_cached: positions in the KV cache, the first n_cached of those tokens
-//   36  u32      KV type (0: f32)      bytes 36..55: Session::kv_state_desc(n_cached);
+//   36  u32      KV type (0: f32)      bytes 36..55 and 80: Session::kv_state_desc(n_cached);
 //   40  u32      KV layers             what the bytes of a KV type mean is the runtime's
 //   44  u32      KV width              business, so a new cache type changes no field
 //   48  u64      KV bytes per layer
 //   56  u64      app data size
 //   64  u64      payload size: 4 * n_tokens + app data size + KV layers * KV bytes per layer
 //   72  u64      payload checksum (XXH64 of the payload)
-//   80  u64      reserved (0)
+//   80  u64      positions: what the cached keys' RoPE angles follow (KvStateDesc::positions;
+//                0 for the model's own, unscaled RoPE)
 //   88  u64      header checksum (XXH64 of bytes 0..87)
 //   96           payload: i32 tokens[n_tokens], app data, KV state layer after layer
 #include <cstdint>

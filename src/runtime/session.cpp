@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/rope.h"
 #include "runtime/thread_pool.h"
@@ -47,6 +48,24 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p) {
     throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
                 " GiB of KV cache, more than this machine's memory; lower -c or use a smaller cache type (-ctk/-ctv)");
   return s;
+}
+
+// 0 when a session rotates keys exactly as the model's own settings say, else a hash of
+// the settings: saved caches are only reused under the same angles.
+uint64_t rope_identity(const RopeConfig& r, const RopeConfig& model_default) {
+  const auto same = [](const RopeConfig& a, const RopeConfig& b) {
+    return a.scaling == b.scaling && a.n_rot == b.n_rot && a.factor == b.factor && a.freq_base == b.freq_base &&
+           a.freq_scale == b.freq_scale && a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor &&
+           a.orig_ctx == b.orig_ctx && a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
+           a.freq_factors == b.freq_factors;
+  };
+  if (same(r, model_default)) return 0;
+  Hash64 h(0x726f7065);
+  const auto add = [&](double v) { h.update(&v, sizeof v); };
+  add(double(r.scaling)), add(r.n_rot), add(r.factor), add(r.freq_base), add(r.freq_scale), add(r.ext_factor);
+  add(r.attn_factor), add(r.orig_ctx), add(r.beta_fast), add(r.beta_slow);
+  h.update(r.freq_factors.data(), r.freq_factors.size() * sizeof(float));
+  return h.digest() | 1;  // never 0
 }
 
 // ALiBi (Press et al. 2022): the score of the query at key position n-1 with key j gets
@@ -89,6 +108,7 @@ struct Session::Impl {
   int32_t n_past = 0;
 
   RopeConfig rope_config;
+  uint64_t positions_id = 0;  // KvStateDesc::positions
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
   std::vector<float> alibi_slope;   // [n_heads] with Positions::alibi, else empty
   // Activations for one batch of B <= n_batch tokens, row-major by token.
@@ -142,6 +162,7 @@ struct Session::Impl {
 
     // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
     rope_config = resolve_rope(c, p.rope);
+    positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
   }
 
@@ -525,6 +546,7 @@ KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
   d.kv_dim = (uint32_t)kv.kv_dim();
   d.n_pos = n_pos;
   d.layer_bytes = n_pos > 0 ? kv.state_layer_bytes(size_t(n_pos)) : 0;
+  d.positions = impl_->positions_id;
   return d;
 }
 

@@ -32,6 +32,7 @@ struct Header {
   uint32_t n_ctx = 0, n_tokens = 0, n_cached = 0;
   uint32_t kv_type = 0, kv_layers = 0, kv_dim = 0;
   uint64_t kv_layer_bytes = 0;
+  uint64_t positions = 0;
   uint64_t app_bytes = 0;
   uint64_t payload_bytes = 0;
   uint64_t payload_checksum = 0;
@@ -64,6 +65,7 @@ void encode(const Header& h, uint8_t* b) {
   put<uint64_t>(b, 56, h.app_bytes);
   put<uint64_t>(b, 64, h.payload_bytes);
   put<uint64_t>(b, 72, h.payload_checksum);
+  put<uint64_t>(b, 80, h.positions);
   put<uint64_t>(b, kHeaderChecksumAt, Hash64::of(b, kHeaderChecksumAt));
 }
 
@@ -134,6 +136,7 @@ class Reader {
     h.app_bytes = get<uint64_t>(b, 56);
     h.payload_bytes = get<uint64_t>(b, 64);
     h.payload_checksum = get<uint64_t>(b, 72);
+    h.positions = get<uint64_t>(b, 80);
     constexpr uint32_t kMaxInt = std::numeric_limits<int32_t>::max();
     if (h.n_ctx > kMaxInt || h.n_tokens > kMaxInt || h.n_cached > h.n_tokens || h.n_cached > h.n_ctx)
       fail("corrupted (inconsistent token counts: " + std::to_string(h.n_tokens) + " tokens, " +
@@ -190,6 +193,7 @@ void save_session_file(const std::string& path, const Session& session, std::spa
   h.kv_layers = kv.n_layers;
   h.kv_dim = kv.kv_dim;
   h.kv_layer_bytes = kv.layer_bytes;
+  h.positions = kv.positions;
   h.app_bytes = app_data.size();
   h.payload_bytes = tokens.size_bytes() + app_data.size() + kv.bytes();
 
@@ -259,8 +263,13 @@ LoadedSession load_session_file(const std::string& path, Session& session) {
     r.fail("saved with a different model (its identity is " + hex(h.model_identity) + ", " + model.config().name +
            " has " + model.identity_hex() + ")");
 
-  const KvStateDesc kv{h.kv_type, h.kv_layers, h.kv_dim, int32_t(h.n_cached), h.kv_layer_bytes};
+  const KvStateDesc kv{h.kv_type, h.kv_layers, h.kv_dim, int32_t(h.n_cached), h.kv_layer_bytes, h.positions};
   const KvStateDesc want = session.kv_state_desc(int32_t(h.n_cached));
+  if (kv.positions != want.positions)
+    r.fail("its keys were rotated with other RoPE settings (" +
+           std::string(kv.positions ? "scaled RoPE " + hex(kv.positions) : "the model's own RoPE") + ") than this session's (" +
+           (want.positions ? "scaled RoPE " + hex(want.positions) : "the model's own RoPE") +
+           "): use the --rope-* flags it was saved with");
   if (!(kv == want))
     r.fail("its KV cache (" + Session::kv_type_name(kv.kv_type) + ", " + std::to_string(kv.n_layers) +
            " layers of width " + std::to_string(kv.kv_dim) + ", " + std::to_string(kv.layer_bytes) +
