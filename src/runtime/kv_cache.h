@@ -4,10 +4,11 @@
 //
 // Storage types: f32, f16, bf16 (one value each) and q8_0, q4_0 (blocks of 32 values
 // along a position's row, as in GGUF; a block may span heads when head_dim < 32).
-// Keys are stored by position: [layer][pos][kv_dim]. Values are either transposed,
-// [layer][kv_dim][n_ctx], so that attention's P V is a gemm over contiguous rows (only
-// for one-value types: a quantized block cannot be written one position at a time), or
-// by position like keys, read a block of positions at a time by tiled attention.
+// Keys are stored by position: [layer][pos][kv_dim]. Values of one-value types are
+// transposed, [layer][kv_dim][n_ctx], so that attention's P V is a gemm over contiguous
+// rows (whole rows, or a block of each row in tiled attention); quantized values are
+// stored by position like keys (a block cannot be written one position at a time) and
+// tiled attention converts a block of positions at a time.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -40,7 +40,8 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
   KvCache::Shape s{c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim, c.head_dim,
-                   p.kv_type_k, p.kv_type_v, !use_flash(c, p)};
+                   p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v)};
+  use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
   const double kv_bytes = KvCache::bytes_for(s);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
@@ -134,7 +135,7 @@ struct Session::Impl {
         n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv_cache(kv_shape_),
-        flash(!kv_shape_.v_transposed),
+        flash(use_flash(m.config(), p)),
         alibi_slope(alibi_slopes(m.config())) {
     const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
     x.resize(B * c.dim);
@@ -408,8 +409,14 @@ struct Session::Impl {
             }
             std::fill(s_row + visible, s_row + nk, 0.0f);
           }
-          kv_cache.values_to_f32_transposed(l, j0, nk, kvh * hd, hd, Vt, nk);
-          ops.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
+          if (kv_shape_.v_transposed) {  // the block of each dimension's row, read in place
+            const size_t vt_row = kv_cache.vt_row_bytes(), elem = vt_row / size_t(n_ctx);
+            ops.gemm({kv_shape_.v_type, kv_cache.vt(l) + kvh * hd * vt_row + j0 * elem, vt_row, S, nk, Ob, hd, nk, rows,
+                      0, hd});
+          } else {
+            kv_cache.values_to_f32_transposed(l, j0, nk, kvh * hd, hd, Vt, nk);
+            ops.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
+          }
           for (size_t i = 0; i < rows; ++i) ops.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
         }
         for (size_t i = 0; i < rows; ++i) {
