@@ -168,7 +168,7 @@ TEST(SlidingWindow, OneLayerOutputDependsOnlyOnTheWindow) {
       const auto unwindowed = logits(*model, params(plain), seq, false);
       for (size_t p : {size_t(W) + 3, size_t(50), seq.size() - 1}) {
         const std::vector<int32_t> recent(seq.begin() + ptrdiff_t(p + 1 - W), seq.begin() + ptrdiff_t(p + 1));
-        const auto fresh = logits(*model, params(o), recent, false);
+        const auto fresh = logits(*model, params(plain), recent, false);  // no mask at all
         const std::vector<float> want(fresh.end() - ptrdiff_t(n_vocab), fresh.end());
         const std::vector<float> got(all.begin() + ptrdiff_t(p * n_vocab), all.begin() + ptrdiff_t((p + 1) * n_vocab));
         const std::vector<float> full(unwindowed.begin() + ptrdiff_t(p * n_vocab),
