@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   app.add_flag("--tied", o.tie_output, "Tie the output projection to token_embd (no output.weight)");
   bool qk_norm = false;
   app.add_flag("--qk-norm", qk_norm, "mpt: add Q/K LayerNorms (attn_q_norm, attn_k_norm; MPT's qk_ln)");
+  uint32_t swa_window = 0, swa_pattern = 0;
+  app.add_option("--swa-window", swa_window, "llama: write attention.sliding_window (every layer slides)");
+  app.add_option("--swa-pattern", swa_pattern, "llama: write attention.sliding_window_pattern N (every Nth layer global)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -45,6 +48,9 @@ int main(int argc, char** argv) {
       if (o.shape.arch != "mpt") throw kiln::Error("--qk-norm is for mpt shapes");
       o.shape.qk_norm = true;
     }
+    o.shape.swa_window = swa_window;
+    o.shape.swa_pattern = swa_pattern;
+    if (swa_pattern && !swa_window) throw kiln::Error("--swa-pattern needs --swa-window");
     o.type = *type;
     o.seed = seed;
 

@@ -71,6 +71,10 @@ struct ModelConfig {
   Positions positions = Positions::rope;
   float max_alibi_bias = 0.0f;   // attention.max_alibi_bias: slopes 2^(-max_bias * i / n_heads) (Press et al. 2022)
   float clamp_kqv = 0.0f;        // attention.clamp_kqv: Q, K, V clamped to [-c, c] (0: off)
+  // Sliding-window attention, per layer: a query at position p sees keys in (p - W, p];
+  // 0 = global. From attention.sliding_window (every layer, as Mistral) and, when given,
+  // attention.sliding_window_pattern (which layers slide). Empty: no windows.
+  std::vector<uint32_t> swa_window;
   uint32_t n_vocab = 0;
   TensorType weight_type = TensorType::F32;  // the type most weight bytes have
 };

@@ -44,6 +44,16 @@ struct SessionParams {
   TensorType kv_type_v = TensorType::F16;
   FlashAttention flash_attn = FlashAttention::automatic;
   RopeParams rope;        // RoPE scaling overrides (kiln/rope.h); default: the model's
+  // Sliding-window attention overrides (default: the model's ModelConfig::swa_window).
+  // swa_window >= 0 sets the window of the sliding layers (0: none slides); if the model
+  // has no window, every layer slides unless swa_pattern says otherwise. swa_pattern N >= 0
+  // picks the sliding layers: all but every Nth (l % N == N - 1 is global; 0: all slide).
+  int32_t swa_window = -1;
+  int32_t swa_pattern = -1;
+  // Sliding layers keep a cache as long as the context, masked, instead of a ring of
+  // window + n_batch - 1 slots (llama.cpp's --swa-full): for comparison, and for
+  // truncations and context shifts further back than a ring holds.
+  bool swa_full = false;
 };
 
 class Session {
@@ -64,12 +74,19 @@ class Session {
   int32_t n_threads() const;
   bool flash_attn() const;       // the attention in use
   double kv_cache_bytes() const;  // allocated for the whole context
-  // Forgets positions >= n (the next decode continues from n).
+  double kv_cache_layer_bytes(int32_t layer) const;  // one layer's share: less for a ring
+  uint32_t layer_window(int32_t layer) const;  // sliding window in use (0: global)
+  // Forgets positions >= n (the next decode continues from n). A sliding-window layer kept
+  // as a ring may no longer hold what position n needs (positions it has overwritten
+  // since): then everything is forgotten, n_past() is 0, and the caller runs the tokens
+  // again from there (Generator does: it continues from n_past()).
   void truncate(int32_t n);
   // Context shift: forgets positions [n_keep, n_keep + n_discard) and moves the later ones
   // back by n_discard, turning their keys' RoPE back instead of recomputing them (the kept
   // tokens still carry what they saw of the forgotten ones: an approximation, as in
-  // llama.cpp). n_past() shrinks by n_discard.
+  // llama.cpp). n_past() shrinks by n_discard. With sliding-window ring layers, refused
+  // (kiln::Error, nothing changed) when a window would reach kept positions the ring has
+  // already overwritten (a --keep longer than the context minus the window: use swa_full).
   void shift_context(int32_t n_keep, int32_t n_discard);
   void reset() { truncate(0); }
 

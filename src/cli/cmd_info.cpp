@@ -6,6 +6,7 @@
 #include "kiln/error.h"
 #include "runtime/kv_cache.h"
 #include "runtime/rope.h"
+#include "runtime/sliding_window.h"
 
 namespace kiln::cli {
 namespace {
@@ -102,6 +103,8 @@ int info(InfoOptions& o) {
   else std::printf("rms eps:      %g\n", c.rms_eps);
   std::printf("ffn:          %s\n", c.ffn == Ffn::gelu ? "GELU MLP" : "SwiGLU");
   if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
+  const std::vector<uint32_t> windows = layer_windows(c, {});
+  if (!describe_windows(windows).empty()) std::printf("sliding win:  %s\n", describe_windows(windows).c_str());
   std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
@@ -109,7 +112,9 @@ int info(InfoOptions& o) {
   // The cache at the default context for each type -ctk/-ctv can pick (keys and values alike).
   std::string per_type;
   for (TensorType t : {TensorType::F16, TensorType::F32, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
-    KvCache::Shape s{c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim, c.head_dim, t, t, KvCache::is_one_value(t)};
+    // Sliding-window layers as rings at the default batch size (512).
+    KvCache::Shape s{c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim, c.head_dim, t, t, KvCache::is_one_value(t),
+                     layer_capacities(windows, n_ctx, std::min<uint32_t>(512, n_ctx), false)};
     if (!KvCache::is_one_value(t) && s.kv_dim % 32 != 0) continue;
     per_type += (per_type.empty() ? "" : ", ") + human_bytes(KvCache::bytes_for(s)) + " " + KvCache::type_label(t);
   }

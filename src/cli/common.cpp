@@ -17,6 +17,7 @@
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "runtime/rope.h"
+#include "runtime/sliding_window.h"
 
 namespace kiln::cli {
 namespace {
@@ -57,6 +58,13 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
   app.add_option("--flash-attn", opts.flash_attn,
                  "Tiled attention with an online softmax (also -fa): on, off, auto (on when the cache types need it)")
       ->check(CLI::IsMember({"on", "off", "auto"}, CLI::ignore_case))->capture_default_str();
+  app.add_option("--swa-window", opts.swa_window,
+                 "Sliding-window attention: window of the sliding layers, every layer if the model has none (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--swa-pattern", opts.swa_pattern, "Sliding layers: all but every Nth (layer l % N == N - 1 is global)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--swa-full", opts.swa_full,
+               "Keep a full-size, masked KV cache for sliding-window layers instead of a ring of window + batch slots");
   add_repack_flag(app, opts.no_repack);
   add_rope_options(app, opts.rope);
 }
@@ -196,6 +204,11 @@ SessionParams session_params(const ModelOptions& opts, const Model& model) {
   p.kv_type_v = cache_type(opts.cache_type_v);
   const std::string fa = lower(opts.flash_attn);
   p.flash_attn = fa == "on" ? FlashAttention::on : fa == "off" ? FlashAttention::off : FlashAttention::automatic;
+  p.swa_window = opts.swa_window;
+  p.swa_pattern = opts.swa_pattern;
+  p.swa_full = opts.swa_full;
+  const std::string windows = describe_windows(layer_windows(model.config(), p));
+  if (!windows.empty()) spdlog::info("sliding window: {}{}", windows, p.swa_full ? " (full-size cache, --swa-full)" : "");
   p.rope = rope_params(opts.rope);
   const RopeConfig rope = resolve_rope(model.config(), p.rope);
   if (rope.scaling != RopeScaling::None || !rope.freq_factors.empty() || rope.ext_factor != 0 || rope.attn_factor != 1)

@@ -35,6 +35,8 @@ struct ModelOptions {
   bool no_repack = false;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string flash_attn = "auto";
+  int32_t swa_window = -1, swa_pattern = -1;  // -1: the model's
+  bool swa_full = false;
   RopeOptions rope;
 };
 

@@ -22,6 +22,14 @@ std::vector<std::string> architecture_names();
 WeightView row_range(const WeightView& w, uint64_t r0, uint64_t n);
 WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n);
 
+// <prefix>attention.sliding_window (a window for every layer) and the optional
+// <prefix>attention.sliding_window_pattern into c.swa_window (needs c.n_layers): a number
+// N (every Nth layer global, llama.cpp's gemma rule) or an array of per-layer booleans
+// (true: sliding). Leaves it empty when the file has no window. src/models/sliding_window.cpp.
+void read_sliding_window(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+// Layer l of a pattern of N slides unless it is the last of its group of N (N 0: all slide).
+inline bool swa_pattern_slides(uint32_t l, uint32_t n) { return n == 0 || l % n < n - 1; }
+
 // Architectures (one line each in src/models/registry.cpp).
 void load_llama(Model& model);
 void load_mpt(Model& model);

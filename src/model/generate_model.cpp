@@ -94,6 +94,7 @@ void check_shape(const ModelShape& s) {
   if (s.arch != "llama" && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");
   if (s.arch == "llama" && (s.dim / s.n_heads) % 2) bad("the head size must be even for RoPE");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
+  if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
 }
 
 }  // namespace
@@ -142,6 +143,10 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
     w.set(a + "attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
     w.set(a + "rope.dimension_count", Value::of_u32(head_dim));
+    if (s.swa_window > 0) {
+      w.set(a + "attention.sliding_window", Value::of_u32(s.swa_window));
+      if (s.swa_pattern > 0) w.set(a + "attention.sliding_window_pattern", Value::of_u32(s.swa_pattern));
+    }
   }
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   for (const auto& [key, value] : vocab.metadata())

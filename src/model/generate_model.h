@@ -29,6 +29,10 @@ struct ModelShape {
   float clamp_kqv = 0.0f;        // attention.clamp_kqv (0: not written)
   bool biases = false;           // every optional bias: norms, QKV, attention output, FFN
   bool qk_norm = false;          // attn_q_norm / attn_k_norm (LayerNorms over Q and K)
+  // Llama only: attention.sliding_window (0: not written) and, when not 0,
+  // attention.sliding_window_pattern (every Nth layer global).
+  uint32_t swa_window = 0;
+  uint32_t swa_pattern = 0;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny");

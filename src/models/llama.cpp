@@ -25,6 +25,7 @@ void load_llama(Model& model) {
   c.n_rot = (uint32_t)f.get_uint(p + "rope.dimension_count", c.head_dim);
   c.rope_neox = false;  // GGUF llama files store Q/K permuted for adjacent-pair rotation
   read_rope_scaling(f, p, c);
+  read_sliding_window(f, p, c);
 
   const uint64_t dim = c.dim, q_dim = uint64_t(c.n_heads) * c.head_dim,
                  kv_dim = uint64_t(c.n_kv_heads) * c.head_dim, ffn = c.ffn_dim;

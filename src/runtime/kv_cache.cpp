@@ -91,48 +91,101 @@ void KvCache::check(const Shape& s) {
     throw Error("KV cache type " + type_label(s.v_type) + " for values needs flash attention (-fa on)");
   if (s.head_dim == 0 || s.head_dim > kMaxSlice || s.kv_dim % s.head_dim != 0 || s.kv_dim > kMaxRow)
     throw Error("KV cache: head dimension " + std::to_string(s.head_dim) + " is not supported");
+  if (!s.layer_ctx.empty() && s.layer_ctx.size() != s.n_layers)
+    throw Error("KV cache: " + std::to_string(s.layer_ctx.size()) + " layer sizes for " + std::to_string(s.n_layers) + " layers");
+  for (size_t cap : s.layer_ctx)
+    if (cap == 0 || cap > s.n_ctx) throw Error("KV cache: a layer of " + std::to_string(cap) + " slots in a context of " + std::to_string(s.n_ctx));
 }
 
 double KvCache::bytes_for(const Shape& s) {
   const double per_pos = double(row_bytes(s.k_type, s.kv_dim)) + double(row_bytes(s.v_type, s.kv_dim));
-  return double(s.n_layers) * double(s.n_ctx) * per_pos;
+  double slots = 0;
+  for (size_t l = 0; l < s.n_layers; ++l) slots += double(s.capacity(l));
+  return slots * per_pos;
 }
+
+double KvCache::layer_bytes(size_t layer) const {
+  return double(capacity(layer)) * double(k_row_bytes_ + v_row_bytes_);
+}
+
+size_t KvCache::value_size() const { return value_bytes(s_.v_type); }
 
 KvCache::KvCache(const Shape& shape) : s_(shape) {
   check(s_);
   k_row_bytes_ = row_bytes(s_.k_type, s_.kv_dim);
   v_row_bytes_ = row_bytes(s_.v_type, s_.kv_dim);
-  vt_row_bytes_ = s_.v_transposed ? s_.n_ctx * value_bytes(s_.v_type) : 0;
-  k_.resize(s_.n_layers * s_.n_ctx * k_row_bytes_);
-  v_.resize(s_.n_layers * s_.n_ctx * v_row_bytes_);
+  size_t k_bytes = 0, v_bytes = 0;
+  for (size_t l = 0; l < s_.n_layers; ++l) {
+    k_off_.push_back(k_bytes), v_off_.push_back(v_bytes);
+    k_bytes += capacity(l) * k_row_bytes_, v_bytes += capacity(l) * v_row_bytes_;
+  }
+  held_from_.assign(s_.n_layers, 0);
+  k_.resize(k_bytes);
+  v_.resize(v_bytes);
   v_converted_.resize(v_row_bytes_);
 }
 
 void KvCache::store(size_t layer, size_t pos, const float* k, const float* v) {
-  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]);
-  if (!s_.v_transposed) return f32_to_row(s_.v_type, v, s_.kv_dim, &v_[(layer * s_.n_ctx + pos) * v_row_bytes_]);
+  const size_t cap = capacity(layer), s = pos % cap;
+  if (pos >= cap) held_from_[layer] = std::max(held_from_[layer], pos - cap + 1);  // the slot's old row is gone
+  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[k_off_[layer] + s * k_row_bytes_]);
+  if (!s_.v_transposed) return f32_to_row(s_.v_type, v, s_.kv_dim, &v_[v_off_[layer] + s * v_row_bytes_]);
   f32_to_row(s_.v_type, v, s_.kv_dim, v_converted_.data());
-  const size_t elem = value_bytes(s_.v_type);
-  uint8_t* column = &v_[layer * s_.kv_dim * vt_row_bytes_ + pos * elem];
-  for (size_t d = 0; d < s_.kv_dim; ++d) std::memcpy(column + d * vt_row_bytes_, &v_converted_[d * elem], elem);
+  const size_t elem = value_size(), vt_row = vt_row_bytes(layer);
+  uint8_t* column = &v_[v_off_[layer] + s * elem];
+  for (size_t d = 0; d < s_.kv_dim; ++d) std::memcpy(column + d * vt_row, &v_converted_[d * elem], elem);
 }
 
-void KvCache::store_key(size_t layer, size_t pos, const float* k) {
-  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]);
+void KvCache::store_key(size_t layer, size_t slot, const float* k) {
+  f32_to_row(s_.k_type, k, s_.kv_dim, &k_[k_off_[layer] + slot * k_row_bytes_]);
 }
 
 void KvCache::move_values(size_t layer, size_t n_keep, size_t n_discard, size_t n_past) {
   const size_t n_moved = n_past - n_keep - n_discard;
   if (!s_.v_transposed) {
-    uint8_t* base = &v_[layer * s_.n_ctx * v_row_bytes_];
+    uint8_t* base = &v_[v_off_[layer]];
     std::memmove(base + n_keep * v_row_bytes_, base + (n_keep + n_discard) * v_row_bytes_, n_moved * v_row_bytes_);
     return;
   }
-  const size_t elem = value_bytes(s_.v_type);
+  const size_t elem = value_size(), vt_row = vt_row_bytes(layer);
   for (size_t d = 0; d < s_.kv_dim; ++d) {
-    uint8_t* row = &v_[(layer * s_.kv_dim + d) * vt_row_bytes_];
+    uint8_t* row = &v_[v_off_[layer] + d * vt_row];
     std::memmove(row + n_keep * elem, row + (n_keep + n_discard) * elem, n_moved * elem);
   }
+}
+
+// Position p' of the shifted layer comes from p' (kept) or p' + n_discard (moved). Every
+// position of the new ring's range whose source the ring still holds is copied to its new
+// slot, newest first, until one is missing: held_from() then starts above it.
+void KvCache::shift_ring(size_t layer, size_t n_keep, size_t n_discard, size_t n_past,
+                         const std::function<void(float*)>& rerotate) {
+  const size_t cap = capacity(layer), n_new = n_past - n_discard, lo = n_new > cap ? n_new - cap : 0;
+  const std::vector<uint8_t> old_k(k_.begin() + k_off_[layer], k_.begin() + k_off_[layer] + cap * k_row_bytes_);
+  const std::vector<uint8_t> old_v(v_.begin() + v_off_[layer], v_.begin() + v_off_[layer] + cap * v_row_bytes_);
+  const size_t elem = s_.v_transposed ? value_size() : 0, vt_row = vt_row_bytes(layer);
+  float row[kMaxRow];
+  size_t from = n_new;
+  for (size_t p = n_new; p-- > lo;) {
+    const size_t src = p < n_keep ? p : p + n_discard;
+    if (src < held_from_[layer]) break;
+    const size_t s_old = src % cap, s_new = p % cap;
+    uint8_t* k_dst = &k_[k_off_[layer] + s_new * k_row_bytes_];
+    if (p < n_keep) {
+      std::memcpy(k_dst, &old_k[s_old * k_row_bytes_], k_row_bytes_);
+    } else {
+      row_to_f32(s_.k_type, &old_k[s_old * k_row_bytes_], 0, s_.kv_dim, row);
+      rerotate(row);
+      f32_to_row(s_.k_type, row, s_.kv_dim, k_dst);
+    }
+    if (!s_.v_transposed) {
+      std::memcpy(&v_[v_off_[layer] + s_new * v_row_bytes_], &old_v[s_old * v_row_bytes_], v_row_bytes_);
+    } else {
+      for (size_t d = 0; d < s_.kv_dim; ++d)
+        std::memcpy(&v_[v_off_[layer] + d * vt_row + s_new * elem], &old_v[d * vt_row + s_old * elem], elem);
+    }
+    from = p;
+  }
+  held_from_[layer] = from;
 }
 
 void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const {

@@ -9,8 +9,16 @@
 // rows (whole rows, or a block of each row in tiled attention); quantized values are
 // stored by position like keys (a block cannot be written one position at a time) and
 // tiled attention converts a block of positions at a time.
+//
+// Each layer has its own capacity (Shape::layer_ctx). A layer with fewer slots than n_ctx
+// is a ring (sliding-window layers, which never look further back than their window):
+// position p lives in slot p % capacity. Rows are addressed by slot; for a full layer
+// the slot is the position. Keys are stored after RoPE, so a row's place in the ring
+// matters only to the attention's masks, which work in positions (for_each_run).
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +32,8 @@ class KvCache {
     size_t n_layers = 0, n_ctx = 0, kv_dim = 0, head_dim = 0;
     TensorType k_type = TensorType::F32, v_type = TensorType::F32;
     bool v_transposed = true;
+    std::vector<size_t> layer_ctx;  // slots per layer (<= n_ctx); empty: n_ctx for every layer
+    size_t capacity(size_t layer) const { return layer_ctx.empty() ? n_ctx : layer_ctx[layer]; }
   };
 
   // Throws kiln::Error when a type is not a cache type or does not fit the shape.
@@ -43,20 +53,43 @@ class KvCache {
   size_t kv_dim() const { return s_.kv_dim; }
   double bytes() const { return bytes_for(s_); }
 
-  // Key row of (layer, pos), k_row_bytes() long.
-  const uint8_t* k_row(size_t layer, size_t pos) const { return &k_[(layer * s_.n_ctx + pos) * k_row_bytes_]; }
+  size_t capacity(size_t layer) const { return s_.capacity(layer); }
+  bool is_ring(size_t layer) const { return capacity(layer) < s_.n_ctx; }
+  size_t slot(size_t layer, size_t pos) const { return pos % capacity(layer); }
+  double layer_bytes(size_t layer) const;
+  // The oldest position a ring layer still holds, every later one up to the newest stored
+  // included (0 for full layers): what a truncation or a context shift can rely on.
+  size_t held_from(size_t layer) const { return held_from_[layer]; }
+  // Positions [p0, p1) (p1 - p0 <= capacity) as runs contiguous in the slots, in order:
+  // f(first position, its slot, length). One run unless the range wraps around a ring.
+  template <typename F>
+  void for_each_run(size_t layer, size_t p0, size_t p1, F&& f) const {
+    const size_t cap = capacity(layer);
+    while (p0 < p1) {
+      const size_t s = p0 % cap, n = std::min(p1 - p0, cap - s);
+      f(p0, s, n);
+      p0 += n;
+    }
+  }
+
+  // Key row of (layer, slot), k_row_bytes() long.
+  const uint8_t* k_row(size_t layer, size_t slot) const { return &k_[k_off_[layer] + slot * k_row_bytes_]; }
   size_t k_row_bytes() const { return k_row_bytes_; }
-  // Value row of (layer, pos) when !v_transposed.
-  const uint8_t* v_row(size_t layer, size_t pos) const { return &v_[(layer * s_.n_ctx + pos) * v_row_bytes_]; }
+  // Value row of (layer, slot) when !v_transposed.
+  const uint8_t* v_row(size_t layer, size_t slot) const { return &v_[v_off_[layer] + slot * v_row_bytes_]; }
   size_t v_row_bytes() const { return v_row_bytes_; }
-  // Transposed values of a layer: row d (dimension d of every position) at vt(layer) + d * vt_row_bytes().
-  const uint8_t* vt(size_t layer) const { return &v_[layer * s_.kv_dim * vt_row_bytes_]; }
-  size_t vt_row_bytes() const { return vt_row_bytes_; }
+  // Transposed values of a layer: row d (dimension d of every slot) at vt(layer) + d * vt_row_bytes(layer).
+  const uint8_t* vt(size_t layer) const { return &v_[v_off_[layer]]; }
+  size_t vt_row_bytes(size_t layer) const { return s_.v_transposed ? capacity(layer) * value_size() : 0; }
 
-  // Converts and stores the new position's keys and values (kv_dim floats each).
+  // Converts and stores the keys and values (kv_dim floats each) of position pos in its slot.
   void store(size_t layer, size_t pos, const float* k, const float* v);
+  // After a truncation to n positions: a session emptied (n == 0) needs nothing old.
+  void truncated(size_t n) {
+    if (n == 0) std::fill(held_from_.begin(), held_from_.end(), 0);
+  }
 
-  // Values [e0, e0 + n) of positions j0..j0+nj-1 as floats: keys to out[j][.] (row
+  // Values [e0, e0 + n) of slots j0..j0+nj-1 as floats: keys to out[j][.] (row
   // stride ld), values (stored by position: !v_transposed) transposed to out[e][.] (row
   // stride ld). n <= 512.
   void keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
@@ -65,10 +98,16 @@ class KvCache {
   // Context shift: positions [n_keep + n_discard, n_past) move to n_keep.. in every
   // layer. Values move as they are; each moved key row goes through rerotate (floats,
   // kv_dim of them) on its way, so RoPE can be turned back by n_discard positions.
+  // A ring layer is rebuilt from the rows it still holds (held_from() says which are
+  // left; the caller checks that its window needs no more).
   template <typename Rerotate>  // rerotate(float* k_row)
   void shift(size_t n_keep, size_t n_discard, size_t n_past, Rerotate&& rerotate) {
     float row[kMaxRow];
     for (size_t l = 0; l < s_.n_layers; ++l) {
+      if (is_ring(l)) {
+        shift_ring(l, n_keep, n_discard, n_past, rerotate);
+        continue;
+      }
       for (size_t pos = n_keep + n_discard; pos < n_past; ++pos) {
         keys_to_f32(l, pos, 1, 0, s_.kv_dim, row, s_.kv_dim);
         rerotate(row);
@@ -83,34 +122,73 @@ class KvCache {
   // then values in the cache's own layout minus the unused tail. Whole-row copies
   // whatever n_ctx is on either side. state_type() encodes the types and the layout; the
   // plain f32 transposed cache is 0, the code of the first files.
+  // A ring layer writes the same bytes, in position order, with zero rows for the
+  // positions it no longer holds (outside every later query's window: never read), so
+  // ring and full-size caches of the same windows load each other's states.
   uint32_t state_type() const;
   static std::string state_type_name(uint32_t code);  // "f16 keys, q8_0 values by position"
   uint64_t state_layer_bytes(size_t n) const;
   template <typename Sink>  // sink(const void* data, size_t bytes)
   void write_state(size_t layer, size_t n, Sink&& sink) const {
     if (n == 0) return;
-    sink(k_row(layer, 0), n * k_row_bytes_);
-    if (!s_.v_transposed) return sink(v_row(layer, 0), n * v_row_bytes_);
-    const size_t elem = vt_row_bytes_ / s_.n_ctx;
-    for (size_t d = 0; d < s_.kv_dim; ++d) sink(vt(layer) + d * vt_row_bytes_, n * elem);
+    const size_t elem = value_size();
+    const size_t gone = is_ring(layer) ? std::min(n, held_from_[layer]) : 0;
+    const auto zeros = [&](size_t bytes) {
+      static const uint8_t zero[4096] = {};
+      for (; bytes > 0; bytes -= std::min(bytes, sizeof zero)) sink(zero, std::min(bytes, sizeof zero));
+    };
+    zeros(gone * k_row_bytes_);
+    for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { sink(k_row(layer, s), m * k_row_bytes_); });
+    if (!s_.v_transposed) {
+      zeros(gone * v_row_bytes_);
+      for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { sink(v_row(layer, s), m * v_row_bytes_); });
+      return;
+    }
+    for (size_t d = 0; d < s_.kv_dim; ++d) {
+      const uint8_t* row = vt(layer) + d * vt_row_bytes(layer);
+      zeros(gone * elem);
+      for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { sink(row + s * elem, m * elem); });
+    }
   }
   // The mirror of write_state: source(void* dst, size_t bytes) fills each piece in the
-  // same order; n <= n_ctx().
+  // same order; n <= n_ctx(). A ring layer keeps the last capacity() positions.
   template <typename Source>
   void read_state(size_t layer, size_t n, Source&& source) {
+    const size_t elem = value_size();
+    const size_t gone = n > capacity(layer) ? n - capacity(layer) : 0;
+    held_from_[layer] = gone;
     if (n == 0) return;
-    source(&k_[layer * s_.n_ctx * k_row_bytes_], n * k_row_bytes_);
-    if (!s_.v_transposed) return source(&v_[layer * s_.n_ctx * v_row_bytes_], n * v_row_bytes_);
-    const size_t elem = vt_row_bytes_ / s_.n_ctx;
-    for (size_t d = 0; d < s_.kv_dim; ++d) source(&v_[(layer * s_.kv_dim + d) * vt_row_bytes_], n * elem);
+    const auto skip = [&](size_t bytes) {
+      uint8_t scratch[4096];
+      for (; bytes > 0; bytes -= std::min(bytes, sizeof scratch)) source(scratch, std::min(bytes, sizeof scratch));
+    };
+    skip(gone * k_row_bytes_);
+    for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { source(&k_[k_off_[layer] + s * k_row_bytes_], m * k_row_bytes_); });
+    if (!s_.v_transposed) {
+      skip(gone * v_row_bytes_);
+      for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { source(&v_[v_off_[layer] + s * v_row_bytes_], m * v_row_bytes_); });
+      return;
+    }
+    for (size_t d = 0; d < s_.kv_dim; ++d) {
+      uint8_t* row = &v_[v_off_[layer] + d * vt_row_bytes(layer)];
+      skip(gone * elem);
+      for_each_run(layer, gone, n, [&](size_t, size_t s, size_t m) { source(row + s * elem, m * elem); });
+    }
   }
 
  private:
+  size_t value_size() const;  // bytes of one value when v_transposed
   void store_key(size_t layer, size_t pos, const float* k);
   void move_values(size_t layer, size_t n_keep, size_t n_discard, size_t n_past);
+  // Rebuilds ring layer `layer` for a context shift from a copy of its rows, in the new
+  // positions' slots.
+  void shift_ring(size_t layer, size_t n_keep, size_t n_discard, size_t n_past,
+                  const std::function<void(float*)>& rerotate);
 
   Shape s_;
-  size_t k_row_bytes_ = 0, v_row_bytes_ = 0, vt_row_bytes_ = 0;
+  size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
+  std::vector<size_t> k_off_, v_off_;  // byte offset of each layer's keys and values
+  std::vector<size_t> held_from_;      // per layer, see held_from()
   std::vector<uint8_t> k_, v_;
   std::vector<uint8_t> v_converted_;  // one value row in v_type, for the transposed store
 };

@@ -16,6 +16,7 @@
 #include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/rope.h"
+#include "runtime/sliding_window.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -34,13 +35,19 @@ bool use_flash(const ModelConfig& c, const SessionParams& p) {
   return p.flash_attn == FlashAttention::on || needs_tiled;
 }
 
-// The cache's shape; its size refused with a clear message before any allocation when it
-// could not fit in this machine's memory.
-KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p) {
+int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
+  return int32_t(std::max<int64_t>(1, std::min<int64_t>(p.n_batch > 0 ? p.n_batch : 512, n_ctx)));
+}
+
+// The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size
+// refused with a clear message before any allocation when it could not fit in this
+// machine's memory.
+KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std::vector<uint32_t>& windows) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
   KvCache::Shape s{c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim, c.head_dim,
-                   p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v)};
+                   p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v),
+                   layer_capacities(windows, size_t(n_ctx), size_t(batch_size(p, n_ctx)), p.swa_full)};
   use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
   const double kv_bytes = KvCache::bytes_for(s);
@@ -101,6 +108,7 @@ struct Session::Impl {
   const Model& model;
   const ModelConfig& c;
   const kernels::Ops& ops;
+  std::vector<uint32_t> window;  // [n_layers] sliding window of each layer (0: global)
   KvCache::Shape kv_shape_;  // before the cache: checked and sized first
   int32_t n_ctx, n_batch;
   ThreadPool pool;
@@ -123,6 +131,7 @@ struct Session::Impl {
   std::vector<float> hb2;     // [B][ffn_dim] up
   static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
   std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
+  std::vector<float> ring_out;  // [n_threads][kQueryBlock][head_dim] a wrapped ring's second P V
   // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
   static constexpr size_t kTileRows = 256, kTileKeys = 256;
   std::vector<float> tile_scratch;  // [n_threads][tile_floats()]
@@ -130,9 +139,10 @@ struct Session::Impl {
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()), ops(kernels::ops()),
-        kv_shape_(kv_shape(m.config(), p)),
+        window(layer_windows(m.config(), p)),
+        kv_shape_(kv_shape(m.config(), p, window)),
         n_ctx((int32_t)kv_shape_.n_ctx),
-        n_batch(std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, n_ctx))),
+        n_batch(batch_size(p, n_ctx)),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv_cache(kv_shape_),
         flash(use_flash(m.config(), p)),
@@ -148,6 +158,7 @@ struct Session::Impl {
     hb2.resize(B * c.ffn_dim);
     if (flash) tile_scratch.resize(size_t(pool.size()) * tile_floats());
     else scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
+    if (!flash && !kv_shape_.layer_ctx.empty()) ring_out.resize(size_t(pool.size()) * kQueryBlock * c.head_dim);
     size_t max_rows = m.output.rows;
     const auto size_for = [&](const WeightView& w) {
       if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
@@ -269,35 +280,60 @@ struct Session::Impl {
     return a;
   }
 
+  // S = Q K^T for nb query rows (x, row stride ldx) of KV head kvh against the keys of
+  // positions [lo, lo + n_keys): S[b][j] is position lo + j. A ring that wraps within the
+  // range takes one gemm per run of slots.
+  void scores_qk(size_t l, size_t kvh, const float* x, size_t ldx, size_t nb, float* S, size_t lo, size_t n_keys) {
+    kv_cache.for_each_run(l, lo, lo + n_keys, [&](size_t p, size_t slot, size_t n) {
+      kernels::GemmArgs qk = key_rows(l, kvh);
+      qk.w = static_cast<const uint8_t*>(qk.w) + slot * kv_cache.k_row_bytes();
+      qk.x = x, qk.ldx = ldx, qk.y = S + (p - lo), qk.ldy = n_keys;
+      qk.k = c.head_dim, qk.n_batch = nb, qk.r0 = 0, qk.r1 = n;
+      ops.gemm(qk);
+    });
+  }
+  // out = S V over the same positions (transposed values); a wrapped ring's second run is
+  // added from tmp ([nb][head_dim]).
+  void scores_v(size_t l, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys, float* out, size_t ldo,
+                float* tmp) {
+    const size_t hd = c.head_dim, vt_row = kv_cache.vt_row_bytes(l), elem = KvCache::row_bytes(kv_shape_.v_type, 1);
+    kv_cache.for_each_run(l, lo, lo + n_keys, [&](size_t p, size_t slot, size_t n) {
+      const uint8_t* v = kv_cache.vt(l) + kvh * hd * vt_row + slot * elem;
+      if (p == lo) return ops.gemm({kv_shape_.v_type, v, vt_row, S, n_keys, out, ldo, n, nb, 0, hd});
+      ops.gemm({kv_shape_.v_type, v, vt_row, S + (p - lo), n_keys, tmp, hd, n, nb, 0, hd});
+      for (size_t b = 0; b < nb; ++b) ops.add(out + b * ldo, tmp + b * hd, out + b * ldo, hd);
+    });
+  }
+
   // With the values transposed in the cache: one head per task, blocks of queries at a
   // time, as two gemms: S = Q K^T (then scaled, softmaxed over the keys each query may
-  // see, zero beyond), and O = S V.
+  // see, zero elsewhere), and O = S V. On a sliding-window layer S covers only the keys
+  // some query of the block sees.
   void attention_direct(size_t l, int32_t pos0, size_t B) {
-    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, vt_row = kv_cache.vt_row_bytes();
-    const TensorType v_type = kv_shape_.v_type;
+    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd;
     const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
     const float scale = 1.0f / std::sqrt((float)hd);
+    const uint32_t W = window[l];
+    const auto tmp_of = [&](int tid) { return ring_out.empty() ? nullptr : &ring_out[size_t(tid) * kQueryBlock * hd]; };
     const auto heads = [&](int tid, int nth) {
       float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];  // [nb][n_keys]
       for (size_t h = tid; h < c.n_heads; h += nth) {
         const size_t kvh = h / group;
         for (size_t b0 = 0; b0 < B; b0 += kQueryBlock) {
           const size_t nb = std::min(kQueryBlock, B - b0);
-          const size_t n_keys = size_t(pos0) + b0 + nb;  // what the block's last query sees
-          kernels::GemmArgs qk = key_rows(l, kvh);
-          qk.x = &q[b0 * q_dim + h * hd], qk.ldx = q_dim, qk.y = S, qk.ldy = n_keys;
-          qk.k = hd, qk.n_batch = nb, qk.r0 = 0, qk.r1 = n_keys;
-          ops.gemm(qk);
+          const size_t lo = window_start(size_t(pos0) + b0, W);  // what the block's first query sees
+          const size_t n_keys = size_t(pos0) + b0 + nb - lo;      // to what its last one sees
+          scores_qk(l, kvh, &q[b0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
           for (size_t b = 0; b < nb; ++b) {
+            const size_t p = size_t(pos0) + b0 + b, first = window_start(p, W) - lo, visible = p + 1 - lo - first;
             float* row = S + b * n_keys;
-            const size_t visible = size_t(pos0) + b0 + b + 1;
-            ops.scale(row, scale, visible);
-            if (!alibi_slope.empty()) add_alibi(row, visible, alibi_slope[h]);
-            ops.softmax(row, visible);
-            std::fill(row + visible, row + n_keys, 0.0f);
+            std::fill(row, row + first, 0.0f);
+            ops.scale(row + first, scale, visible);
+            if (!alibi_slope.empty()) add_alibi(row + first, visible, alibi_slope[h]);
+            ops.softmax(row + first, visible);
+            std::fill(row + first + visible, row + n_keys, 0.0f);
           }
-          ops.gemm({v_type, kv_cache.vt(l) + kvh * hd * vt_row, vt_row, S, n_keys, &att[b0 * q_dim + h * hd], q_dim,
-                    n_keys, nb, 0, hd});
+          scores_v(l, kvh, S, nb, lo, n_keys, &att[b0 * q_dim + h * hd], q_dim, tmp_of(tid));
         }
       }
     };
@@ -309,23 +345,19 @@ struct Session::Impl {
     const size_t parts = std::max<size_t>(1, (size_t(pool.size()) + c.n_kv_heads - 1) / c.n_kv_heads);
     const auto kv_groups = [&](int tid, int nth) {
       float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];
-      const size_t n_keys = size_t(pos0) + 1;
+      const size_t lo = window_start(size_t(pos0), W), n_keys = size_t(pos0) + 1 - lo;
       for (size_t t = tid; t < c.n_kv_heads * parts; t += nth) {
         const size_t kvh = t / parts, part = t % parts;
         const size_t g_end = (part + 1) * group / parts;
         for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
           const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
-          kernels::GemmArgs qk = key_rows(l, kvh);
-          qk.x = &q[h0 * hd], qk.ldx = hd, qk.y = S, qk.ldy = n_keys;
-          qk.k = hd, qk.n_batch = nh, qk.r0 = 0, qk.r1 = n_keys;
-          ops.gemm(qk);
+          scores_qk(l, kvh, &q[h0 * hd], hd, nh, S, lo, n_keys);
           for (size_t i = 0; i < nh; ++i) {
             ops.scale(S + i * n_keys, scale, n_keys);
             if (!alibi_slope.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope[h0 + i]);
             ops.softmax(S + i * n_keys, n_keys);
           }
-          ops.gemm({v_type, kv_cache.vt(l) + kvh * hd * vt_row, vt_row, S, n_keys, &att[h0 * hd], hd, n_keys, nh, 0,
-                    hd});
+          scores_v(l, kvh, S, nh, lo, n_keys, &att[h0 * hd], hd, tmp_of(tid));
         }
       }
     };
@@ -349,6 +381,7 @@ struct Session::Impl {
     const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, group = c.n_heads / c.n_kv_heads;
     const float scale = 1.0f / std::sqrt((float)hd);
     const bool k_by_head = KvCache::is_one_value(kv_shape_.k_type) || hd % 32 == 0;
+    const uint32_t W = window[l];
     // Tasks: (KV head, part of its query heads, block of queries), at least one per thread.
     const size_t n_qblocks_min = 1;
     size_t parts = std::max<size_t>((group + kTileRows - 1) / kTileRows,
@@ -379,42 +412,48 @@ struct Session::Impl {
           std::fill_n(O + i * hd, hd, 0.0f);
           m[i] = -INFINITY, lsum[i] = 0.0f;
         }
-        const size_t n_keys = size_t(pos0) + b0 + nb;  // what the last query sees
-        for (size_t j0 = 0; j0 < n_keys; j0 += kTileKeys) {
-          const size_t nk = std::min(kTileKeys, n_keys - j0);
+        // Key positions from what the block's first query sees to what its last one sees,
+        // in blocks that never cross the end of a ring.
+        const size_t n_keys = size_t(pos0) + b0 + nb;
+        for (size_t j0 = window_start(size_t(pos0) + b0, W), nk = 0; j0 < n_keys; j0 += nk) {
+          const size_t slot0 = kv_cache.slot(l, j0);
+          nk = std::min({kTileKeys, n_keys - j0, kv_cache.capacity(l) - slot0});
           kernels::GemmArgs qk = key_rows(l, kvh);
           if (k_by_head) {
-            qk.w = static_cast<const uint8_t*>(qk.w) + j0 * kv_cache.k_row_bytes();
+            qk.w = static_cast<const uint8_t*>(qk.w) + slot0 * kv_cache.k_row_bytes();
           } else {
-            kv_cache.keys_to_f32(l, j0, nk, kvh * hd, hd, Kf, hd);
+            kv_cache.keys_to_f32(l, slot0, nk, kvh * hd, hd, Kf, hd);
             qk.w_type = TensorType::F32, qk.w = Kf, qk.w_row_bytes = hd * sizeof(float);
           }
           qk.x = Qs, qk.ldx = hd, qk.y = S, qk.ldy = nk, qk.k = hd, qk.n_batch = rows, qk.r0 = 0, qk.r1 = nk;
           ops.gemm(qk);
           for (size_t i = 0; i < rows; ++i) {
             float* s_row = S + i * nk;
-            const size_t seen = size_t(pos0) + b0 + i % nb + 1;  // keys this query may see
-            const size_t visible = seen > j0 ? std::min(nk, seen - j0) : 0;
+            const size_t p = size_t(pos0) + b0 + i % nb;  // this query sees keys [window_start, p]
+            const size_t a_pos = std::max(j0, window_start(p, W)), e_pos = std::min(j0 + nk, p + 1);
+            const size_t a = a_pos - j0, visible = e_pos > a_pos ? e_pos - a_pos : 0;
             if (visible > 0) {
-              ops.scale(s_row, scale, visible);
+              float* vis = s_row + a;
+              ops.scale(vis, scale, visible);
               if (!alibi_slope.empty())
-                add_alibi(s_row, visible, alibi_slope[kvh * group + g0 + i / nb], int64_t(j0) - int64_t(seen - 1));
-              float block_max = s_row[0];
-              for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, s_row[j]);
+                add_alibi(vis, visible, alibi_slope[kvh * group + g0 + i / nb], int64_t(j0 + a) - int64_t(p));
+              float block_max = vis[0];
+              for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, vis[j]);
               const float m_new = std::max(m[i], block_max);
               const float correction = std::exp(m[i] - m_new);  // 0 for the first block
-              lsum[i] = lsum[i] * correction + ops.exp_sum(s_row, visible, m_new);
+              lsum[i] = lsum[i] * correction + ops.exp_sum(vis, visible, m_new);
               if (correction != 1.0f) ops.scale(O + i * hd, correction, hd);
               m[i] = m_new;
             }
-            std::fill(s_row + visible, s_row + nk, 0.0f);
+            std::fill(s_row, s_row + (visible ? a : 0), 0.0f);
+            std::fill(s_row + (visible ? a + visible : 0), s_row + nk, 0.0f);
           }
           if (kv_shape_.v_transposed) {  // the block of each dimension's row, read in place
-            const size_t vt_row = kv_cache.vt_row_bytes(), elem = vt_row / size_t(n_ctx);
-            ops.gemm({kv_shape_.v_type, kv_cache.vt(l) + kvh * hd * vt_row + j0 * elem, vt_row, S, nk, Ob, hd, nk, rows,
-                      0, hd});
+            const size_t vt_row = kv_cache.vt_row_bytes(l), elem = KvCache::row_bytes(kv_shape_.v_type, 1);
+            ops.gemm({kv_shape_.v_type, kv_cache.vt(l) + kvh * hd * vt_row + slot0 * elem, vt_row, S, nk, Ob, hd, nk,
+                      rows, 0, hd});
           } else {
-            kv_cache.values_to_f32_transposed(l, j0, nk, kvh * hd, hd, Vt, nk);
+            kv_cache.values_to_f32_transposed(l, slot0, nk, kvh * hd, hd, Vt, nk);
             ops.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
           }
           for (size_t i = 0; i < rows; ++i) ops.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
@@ -541,14 +580,22 @@ int32_t Session::n_ctx() const { return impl_->n_ctx; }
 int32_t Session::n_threads() const { return impl_->pool.size(); }
 bool Session::flash_attn() const { return impl_->flash; }
 double Session::kv_cache_bytes() const { return impl_->kv_cache.bytes(); }
+double Session::kv_cache_layer_bytes(int32_t layer) const { return impl_->kv_cache.layer_bytes(size_t(layer)); }
+uint32_t Session::layer_window(int32_t layer) const { return impl_->window.at(size_t(layer)); }
 const Model& Session::model() const { return impl_->model; }
 
-std::string Session::kv_type_name(uint32_t kv_type) { return KvCache::state_type_name(kv_type); }
+// Bits 8..31 of a KV type name the sliding windows (runtime/sliding_window.h): a state
+// saved with windows only loads where the same windows mask it, ring or full-size.
+std::string Session::kv_type_name(uint32_t kv_type) {
+  std::string name = KvCache::state_type_name(kv_type & 0xff);
+  if (kv_type >> 8) name += ", sliding windows #" + std::to_string(kv_type >> 8);
+  return name;
+}
 
 KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
   const KvCache& kv = impl_->kv_cache;
   KvStateDesc d;
-  d.kv_type = kv.state_type();
+  d.kv_type = kv.state_type() | windows_code(impl_->window) << 8;
   d.n_layers = (uint32_t)kv.n_layers();
   d.kv_dim = (uint32_t)kv.kv_dim();
   d.n_pos = n_pos;
@@ -568,10 +615,10 @@ void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(vo
     throw Error("a saved KV cache of " + std::to_string(desc.n_pos) + " positions does not fit a context of " +
                 std::to_string(s.n_ctx));
   if (!(desc == kv_state_desc(desc.n_pos)))
-    throw Error("the saved KV cache (" + KvCache::state_type_name(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
+    throw Error("the saved KV cache (" + kv_type_name(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
                 " layers of width " + std::to_string(desc.kv_dim) + ") does not match this session's (" +
-                KvCache::state_type_name(s.kv_cache.state_type()) + ", " + std::to_string(s.kv_cache.n_layers()) +
-                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + "; see -ctk, -ctv, -fa)");
+                kv_type_name(kv_state_desc(0).kv_type) + ", " + std::to_string(s.kv_cache.n_layers()) +
+                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + "; see -ctk, -ctv, -fa, --swa-*)");
   try {
     for (size_t l = 0; l < s.kv_cache.n_layers(); ++l) s.kv_cache.read_state(l, size_t(desc.n_pos), source);
   } catch (...) {
@@ -598,6 +645,17 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
     throw Error("cannot shift the context: keep " + std::to_string(n_keep) + ", discard " + std::to_string(n_discard) +
                 " of " + std::to_string(s.n_past) + " positions");
   if (n_discard == 0) return;
+  // A ring layer must still hold every position the next query's window reaches: kept
+  // ones as they are, moved ones n_discard later (KvCache::shift rebuilds it from those).
+  const size_t n_new = size_t(s.n_past - n_discard);
+  for (size_t l = 0; l < s.c.n_layers; ++l) {
+    if (!s.kv_cache.is_ring(l)) continue;
+    const size_t from = window_start(n_new, s.window[l]), held = s.kv_cache.held_from(l), moved = std::max(from, size_t(n_keep));
+    if ((from < size_t(n_keep) && from < held) || (moved < n_new && moved + size_t(n_discard) < held))
+      throw Error("cannot shift the context: the sliding window of layer " + std::to_string(l) + " (" +
+                  std::to_string(s.window[l]) + ") would reach kept positions its ring buffer no longer holds; keep fewer "
+                  "tokens (--keep) or keep a full-size cache (--swa-full)");
+  }
   // Rotation by -n_discard: the pair angles are linear in the position (with every scaling
   // kiln knows), so the table's entry for n_discard, scaled back to unit length (YaRN folds
   // its magnitude in) and mirrored, turns each kept key back that far.
@@ -615,9 +673,14 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
 }
 
 void Session::truncate(int32_t n) {
-  if (n < 0 || n > impl_->n_past) throw Error("cannot truncate a session of " + std::to_string(impl_->n_past) +
-                                               " tokens to " + std::to_string(n));
-  impl_->n_past = n;
+  Impl& s = *impl_;
+  if (n < 0 || n > s.n_past) throw Error("cannot truncate a session of " + std::to_string(s.n_past) +
+                                         " tokens to " + std::to_string(n));
+  // A ring that has overwritten keys position n's window needs cannot go back there.
+  for (size_t l = 0; l < s.c.n_layers; ++l)
+    if (s.kv_cache.is_ring(l) && window_start(size_t(n), s.window[l]) < s.kv_cache.held_from(l)) n = 0;
+  s.n_past = n;
+  s.kv_cache.truncated(size_t(n));
 }
 
 }  // namespace kiln
