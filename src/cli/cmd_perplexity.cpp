@@ -40,6 +40,15 @@ double nll_of(const float* logits, size_t n_vocab, int32_t target) {
   return -(double(logits[target]) - max_logit - std::log(sum_exp));
 }
 
+// PPL = exp(mean NLL) and its standard error, as the last line of both modes.
+void print_ppl(double nll, double nll2, int64_t count) {
+  const double mean = nll / count;
+  const double ppl = std::exp(mean);
+  double var = nll2 / count - mean * mean;
+  const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
+  std::printf("PPL = %.4f +/- %.5f\n", ppl, err);
+}
+
 // The logits of every position of chunk i of `tokens` (BOS first when the vocabulary
 // asks for it), the cache cleared before.
 std::span<const float> run_chunk(Session& session, const Tokenizer& tok, const std::vector<int32_t>& tokens,
@@ -101,15 +110,6 @@ int perplexity(PerplexityOptions& o) {
   }
   print_ppl(nll, nll2, count);
   return 0;
-}
-
-// PPL = exp(mean NLL) and its standard error, as the last line of both modes.
-void print_ppl(double nll, double nll2, int64_t count) {
-  const double mean = nll / count;
-  const double ppl = std::exp(mean);
-  double var = nll2 / count - mean * mean;
-  const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
-  std::printf("PPL = %.4f +/- %.5f\n", ppl, err);
 }
 
 // The whole text as one sequence through a cache of the budget's size: each token is
