@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/kv_eviction.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
 #include "kiln/tokenizer.h"
@@ -23,7 +24,7 @@ struct GenerationStats {
   double prompt_ms = 0;
   double generate_ms = 0;   // sampling + decoding of generated tokens
   StopReason stop = StopReason::none;
-  int32_t n_discarded = 0;  // tokens the context shift dropped during this call
+  int32_t n_discarded = 0;  // tokens the context shift or eviction dropped during this call
 };
 
 class Generator {
@@ -56,7 +57,16 @@ class Generator {
   // n_keep tokens of the history (the BOS token always), drop half of the rest and go on
   // (Session::shift_context). Off by default: a full context stops generation. A prompt
   // that does not fit makes room the same way, if it fits once the history is dropped.
+  // The same as set_kv_eviction({enabled ? shift : none, n_keep}).
   void set_context_shift(bool enabled, int32_t n_keep = 0);
+  // KV-cache eviction (kiln/kv_eviction.h): shift as above, but at params.budget; sink and
+  // h2o evict a few tokens whenever the cache reaches the budget and never stop for a full
+  // context: a prompt longer than the budget is decoded in steps with eviction between
+  // them (if one step fails, the conversation keeps what was decoded before it). Dropped
+  // tokens leave history() too and count in GenerationStats::n_discarded. Throws
+  // kiln::Error for a budget the policy cannot work with (see KvEvictor).
+  void set_kv_eviction(const KvEvictionParams& params);
+  const KvEvictor& kv_evictor() const { return evictor_; }
 
  private:
   Session& session_;
@@ -65,12 +75,10 @@ class Generator {
   std::vector<int32_t> masked_ids_;  // end-of-generation ids, when they are ignored
   std::vector<float> masked_logits_;
   std::vector<int32_t> history_;  // every token of the conversation; the last may not be cached yet
-  bool context_shift_ = false;
-  int32_t n_keep_ = 0;
+  KvEvictor evictor_;
 
-  // Drops n_discard cached tokens after the kept ones (cache and history alike).
-  void shift(int32_t n_discard, GenerationStats& stats);
-  int32_t kept() const;
+  // Decodes history_ from the cache's end on in steps that fit the budget (sink, h2o).
+  std::span<const float> decode_streaming(GenerationStats& stats);
 };
 
 }  // namespace kiln

@@ -88,6 +88,19 @@ class Session {
   // (kiln::Error, nothing changed) when a window would reach kept positions the ring has
   // already overwritten (a --keep longer than the context minus the window: use swa_full).
   void shift_context(int32_t n_keep, int32_t n_discard);
+  // KV-cache eviction (the general form of a shift): forgets the cached positions listed
+  // (strictly ascending, each < n_past(), else kiln::Error and nothing changes) and moves
+  // the others down in order, each key turned back by RoPE by the distance it moved.
+  // n_past() shrinks by positions.size(). Allocates nothing.
+  void evict(std::span<const int32_t> positions);
+  // H2O's heavy-hitter scores: while on, each decode adds to every cached position the
+  // attention it receives (softmax probabilities summed over layers, heads and the new
+  // queries: positions are shared by all layers, so one score per position). New positions
+  // start at 0; scores move with evict() and shift_context(). Costs a second Q K^T pass
+  // per layer; off by default. Turning it on allocates (n_heads + threads * 64) * n_ctx floats.
+  void track_attention(bool on);
+  // n_past() scores (empty when not tracking).
+  std::span<const float> attention_scores() const;
   void reset() { truncate(0); }
 
   const Model& model() const;

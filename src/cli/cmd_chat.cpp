@@ -36,7 +36,7 @@ int chat(ChatOptions& o) {
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
-  generator.set_context_shift(o.gen.context_shift, o.gen.n_keep);
+  generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
   std::string template_origin;
   Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &template_origin));
   chat.set_system(o.system);

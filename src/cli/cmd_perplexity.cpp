@@ -3,6 +3,9 @@
 // each chunk starts with BOS, and only the second half of each chunk is scored.
 // --kl-divergence-base FILE saves the reference's distributions at the scored positions;
 // adding --kl-divergence compares another model (a quantized copy) against them.
+// --stream scores a text longer than the cache instead: the whole file is one sequence,
+// decoded a token at a time, and --kv-evict makes room at the --kv-budget; every token
+// after the first is scored (see perplexity_stream).
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include "cli/common.h"
 #include "cli/kl_divergence.h"
 #include "kiln/error.h"
+#include "kiln/kv_eviction.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,6 +27,8 @@ struct PerplexityOptions {
   int32_t n_chunks = -1;
   std::string kld_base;
   bool kl_divergence = false;
+  bool stream = false;
+  KvEvictionOptions evict;
 };
 
 // -log softmax(logits)[target], in double like the reference.
@@ -32,6 +38,15 @@ double nll_of(const float* logits, size_t n_vocab, int32_t target) {
   double sum_exp = 0;
   for (size_t i = 0; i < n_vocab; ++i) sum_exp += std::exp(double(logits[i]) - max_logit);
   return -(double(logits[target]) - max_logit - std::log(sum_exp));
+}
+
+// PPL = exp(mean NLL) and its standard error, as the last line of both modes.
+void print_ppl(double nll, double nll2, int64_t count) {
+  const double mean = nll / count;
+  const double ppl = std::exp(mean);
+  double var = nll2 / count - mean * mean;
+  const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
+  std::printf("PPL = %.4f +/- %.5f\n", ppl, err);
 }
 
 // The logits of every position of chunk i of `tokens` (BOS first when the vocabulary
@@ -93,11 +108,55 @@ int perplexity(PerplexityOptions& o) {
     base->finish();
     spdlog::info("perplexity: saved the distributions of {} scored tokens to {}", count, o.kld_base);
   }
-  const double mean = nll / count;
-  const double ppl = std::exp(mean);
-  double var = nll2 / count - mean * mean;
-  const double err = var > 0 && count > 1 ? std::sqrt(var / (count - 1)) * ppl : 0.0;
-  std::printf("PPL = %.4f +/- %.5f\n", ppl, err);
+  print_ppl(nll, nll2, count);
+  return 0;
+}
+
+// The whole text as one sequence through a cache of the budget's size: each token is
+// decoded after the policy made room for it, so it sees only what the policy kept, as in
+// unbounded generation. Without eviction the cache holds the whole text (the reference).
+int perplexity_stream(PerplexityOptions& o) {
+  setup_logging(o.log);
+  if (o.file.empty()) throw UsageError("perplexity needs a text file: -f FILE");
+  if (!o.kld_base.empty() || o.n_chunks > 0) throw UsageError("--stream scores the whole text: no --chunks or --kl-divergence-base");
+  const std::string text = read_text_file(o.file);
+  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
+  const Tokenizer& tok = model->tokenizer();
+  const std::vector<int32_t> tokens = tok.encode(text, tok.vocab().add_bos && tok.bos() >= 0);
+  if (tokens.size() < 2) throw Error(o.file + ": fewer than 2 tokens, nothing to score");
+  const bool evicting = !o.evict.policy.empty() && o.evict.policy != "none";
+  if (o.model.n_ctx == 0) o.model.n_ctx = evicting ? (o.evict.budget > 0 ? o.evict.budget : 512) : int32_t(tokens.size());
+  if (!evicting && tokens.size() > size_t(o.model.n_ctx))
+    throw UsageError(fmt::format("{}: {} tokens do not fit -c {} without --kv-evict (leave -c out for the whole text)",
+                                 o.file, tokens.size(), o.model.n_ctx));
+  Session session(*model, session_params(o.model, *model));
+  KvEvictor evictor(session, kv_eviction(o.evict, false, false, 0, session.n_ctx()), tok.bos());
+  const size_t n_vocab = model->config().n_vocab;
+  spdlog::info("perplexity --stream: {} tokens, kv-evict {}, budget {}, {} KiB of KV cache", tokens.size(),
+               kv_eviction_name(evictor.policy()), evictor.budget(), int64_t(session.kv_cache_bytes() / 1024));
+  double nll = 0, nll2 = 0;
+  int64_t count = 0, dropped = 0;
+  const auto score = [&](const float* logits, int32_t target) {
+    const double v = nll_of(logits, n_vocab, target);
+    nll += v, nll2 += v * v, ++count;
+  };
+  if (!evicting) {
+    const std::span<const float> logits = session.decode(tokens, /*all_logits=*/true);
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) score(&logits[i * n_vocab], tokens[i + 1]);
+  } else {
+    std::vector<int32_t> cached;
+    cached.reserve(size_t(session.n_ctx()));
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      dropped += evictor.make_room(1, cached);
+      if (session.n_past() >= session.n_ctx()) throw Error("kv-evict " + o.evict.policy + " could not make room");
+      const std::span<const float> logits = session.decode(std::span<const int32_t>(&tokens[i], 1));
+      cached.push_back(tokens[i]);
+      if (i + 1 < tokens.size()) score(logits.data(), tokens[i + 1]);
+    }
+  }
+  spdlog::info("perplexity --stream: {} tokens scored, {} evicted, {} cached at the end", count, dropped,
+               session.n_past());
+  print_ppl(nll, nll2, count);
   return 0;
 }
 
@@ -155,9 +214,19 @@ void register_perplexity(CLI::App& app, Action& action) {
                   "Save the model's distributions to this file (or, with --kl-divergence, read them)");
   cmd->add_flag("--kl-divergence", o->kl_divergence,
                 "Compare the model with the --kl-divergence-base file: KL divergence, top-token agreement");
+  cmd->add_flag("--stream", o->stream,
+                "Score the whole text as one sequence, a token at a time, through a cache of --kv-budget tokens "
+                "with --kv-evict (without: a context holding the whole text)");
+  add_kv_eviction_options(*cmd, o->evict);
   add_runtime_options(*cmd, o->model);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] {
+    const bool evict_flags = !o->evict.policy.empty() || o->evict.sink_flag->count() > 0 || o->evict.budget_flag->count() > 0;
+    if (evict_flags && !o->stream) throw CLI::ValidationError("--kv-evict", "applies with --stream");
+    if (o->stream) {
+      action = [o] { return perplexity_stream(*o); };
+      return;
+    }
     if (o->kl_divergence && o->kld_base.empty())
       throw CLI::ValidationError("--kl-divergence",
                                  "needs --kl-divergence-base FILE (made by a run on the reference model)");

@@ -51,7 +51,7 @@ int run(RunOptions& o) {
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
-  generator.set_context_shift(o.gen.context_shift, o.gen.n_keep);
+  generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
 
   bool ends_with_newline = true;
   const auto print = [&](std::string_view text) {
@@ -79,7 +79,9 @@ int run(RunOptions& o) {
   if (st.stop == StopReason::context_full)
     spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c (or --context-shift)", session.n_ctx());
   if (st.n_discarded > 0)
-    spdlog::info("context shift: {} older tokens dropped to go on past the context of {}", st.n_discarded, session.n_ctx());
+    spdlog::info("{}: {} older tokens dropped to go on past the context of {}",
+                 generator.kv_evictor().policy() == KvEviction::shift ? "context shift" : "kv eviction", st.n_discarded,
+                 std::min(session.n_ctx(), generator.kv_evictor().budget()));
   spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {:.1f} ms ({:.1f} tok/s) | stop: {}",
                st.n_prompt, st.prompt_ms, st.n_prompt * 1000.0 / std::max(st.prompt_ms, 1e-9), st.n_generated,
                st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop));

@@ -146,8 +146,49 @@ void add_context_shift_options(CLI::App& app, GenerationOptions& g, bool on_by_d
   else
     app.add_flag("--context-shift", g.context_shift,
                  "When the context is full, drop the older half of the text (after --keep tokens) and go on");
-  app.add_option("--keep", g.n_keep, "Tokens at the start that a context shift keeps (the BOS token always)")
+  g.shift_flag = app.get_option(on_by_default ? "--no-context-shift" : "--context-shift");
+  app.add_option("--keep", g.n_keep, "Tokens at the start that a context shift or h2o keeps (the BOS token always)")
       ->check(CLI::NonNegativeNumber);
+  add_kv_eviction_options(app, g.evict);
+}
+
+void add_kv_eviction_options(CLI::App& app, KvEvictionOptions& o) {
+  app.add_option("--kv-evict", o.policy,
+                 "What to forget when the KV cache is full: none, shift (= --context-shift), sink (StreamingLLM: "
+                 "--sink-tokens first tokens + recent window), h2o (heavy hitters: most-attended + recent)")
+      ->check(CLI::IsMember({"none", "shift", "sink", "h2o"}));
+  o.sink_flag = app.add_option("--sink-tokens", o.sink_tokens, "Attention sinks kept at the start by --kv-evict sink")
+                    ->check(CLI::NonNegativeNumber)->capture_default_str();
+  o.budget_flag = app.add_option("--kv-budget", o.budget,
+                                 "Tokens the cache holds at most with --kv-evict (0: the context size)")
+                      ->check(CLI::NonNegativeNumber);
+}
+
+KvEvictionParams kv_eviction(const KvEvictionOptions& o, bool context_shift, bool shift_flag_given, int32_t n_keep,
+                             int32_t n_ctx) {
+  KvEvictionParams p;
+  if (!o.policy.empty() && shift_flag_given)
+    throw UsageError("give --kv-evict or --context-shift/--no-context-shift, not both");
+  p.policy = o.policy.empty() ? (context_shift ? KvEviction::shift : KvEviction::none) : *parse_kv_eviction(o.policy);
+  if (o.sink_flag && o.sink_flag->count() > 0 && p.policy != KvEviction::sink)
+    throw UsageError("--sink-tokens applies with --kv-evict sink");
+  if (o.budget_flag && o.budget_flag->count() > 0 && p.policy == KvEviction::none)
+    throw UsageError("--kv-budget applies with --kv-evict shift, sink or h2o");
+  if (o.budget > n_ctx)
+    throw UsageError(fmt::format("--kv-budget {} exceeds the context size {} (raise -c)", o.budget, n_ctx));
+  p.n_keep = n_keep;
+  p.sink_tokens = o.sink_tokens;
+  p.budget = o.budget;
+  const int32_t budget = o.budget > 0 ? o.budget : n_ctx;
+  const int32_t front = p.policy == KvEviction::sink ? p.sink_tokens : std::max(n_keep, 1);
+  if ((p.policy == KvEviction::sink || p.policy == KvEviction::h2o) && budget < front + 4)
+    throw UsageError(fmt::format("--kv-evict {} needs a budget of at least {} tokens ({} kept at the start + 4), got {}",
+                                 o.policy, front + 4, front, budget));
+  return p;
+}
+
+KvEvictionParams kv_eviction(const GenerationOptions& g, int32_t n_ctx) {
+  return kv_eviction(g.evict, g.context_shift, g.shift_flag && g.shift_flag->count() > 0, g.n_keep, n_ctx);
 }
 
 void setup_logging(const LogOptions& opts) {

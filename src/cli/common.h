@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/chat_template.h"
+#include "kiln/kv_eviction.h"
 #include "kiln/model.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
@@ -48,16 +49,33 @@ void add_log_options(CLI::App& app, LogOptions& opts);
 void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack and the RoPE flags
 void add_rope_options(CLI::App& app, RopeOptions& opts);
 void add_repack_flag(CLI::App& app, bool& no_repack);
+// --kv-evict none|shift|sink|h2o, --sink-tokens, --kv-budget as typed; kv_eviction() checks them.
+struct KvEvictionOptions {
+  std::string policy;  // empty: what --context-shift says
+  int32_t sink_tokens = 4;
+  int32_t budget = 0;  // 0: the context size
+  CLI::Option* sink_flag = nullptr;
+  CLI::Option* budget_flag = nullptr;
+};
+void add_kv_eviction_options(CLI::App& app, KvEvictionOptions& opts);
 struct GenerationOptions {
   SamplerParams sampling;
   int32_t n_predict = -1;
   bool ignore_eos = false;
   bool context_shift = false;
   int32_t n_keep = 0;
+  CLI::Option* shift_flag = nullptr;  // --context-shift or --no-context-shift
+  KvEvictionOptions evict;
 };
 void add_sampling_options(CLI::App& app, GenerationOptions& opts);
-// --context-shift (or, where it is the default, --no-context-shift) and --keep.
+// --context-shift (or, where it is the default, --no-context-shift), --keep and the
+// eviction options: --context-shift is --kv-evict shift, --no-context-shift --kv-evict none.
 void add_context_shift_options(CLI::App& app, GenerationOptions& opts, bool on_by_default);
+// The policy for a session with this context size; UsageError (one line naming the flag)
+// for flags that contradict each other or a budget that cannot work.
+KvEvictionParams kv_eviction(const KvEvictionOptions& opts, bool context_shift, bool shift_flag_given, int32_t n_keep,
+                             int32_t n_ctx);
+KvEvictionParams kv_eviction(const GenerationOptions& opts, int32_t n_ctx);
 
 // Which chat template a conversation uses: --chat-template NAME (built in),
 // --chat-template-file FILE, else the model's tokenizer.chat_template, else plain text

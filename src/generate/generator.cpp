@@ -26,7 +26,7 @@ const char* stop_reason_name(StopReason r) {
 }
 
 Generator::Generator(Session& session, const Tokenizer& tokenizer, Sampler& sampler)
-    : session_(session), tokenizer_(tokenizer), sampler_(sampler) {}
+    : session_(session), tokenizer_(tokenizer), sampler_(sampler), evictor_(session, {}, tokenizer.bos()) {}
 
 void Generator::set_ignore_eos(bool ignore) {
   masked_ids_.clear();
@@ -36,21 +36,25 @@ void Generator::set_ignore_eos(bool ignore) {
 }
 
 void Generator::set_context_shift(bool enabled, int32_t n_keep) {
-  if (n_keep < 0) throw Error("--keep must not be negative");
-  context_shift_ = enabled;
-  n_keep_ = n_keep;
+  KvEvictionParams p;
+  p.policy = enabled ? KvEviction::shift : KvEviction::none;
+  p.n_keep = n_keep;
+  set_kv_eviction(p);
 }
 
-int32_t Generator::kept() const {
-  const bool bos_first = !history_.empty() && history_[0] == tokenizer_.bos() && tokenizer_.bos() >= 0;
-  return std::min<int32_t>(std::max<int32_t>(n_keep_, bos_first ? 1 : 0), session_.n_past());
+void Generator::set_kv_eviction(const KvEvictionParams& params) {
+  evictor_ = KvEvictor(session_, params, tokenizer_.bos());
 }
 
-void Generator::shift(int32_t n_discard, GenerationStats& stats) {
-  const int32_t keep = kept();
-  session_.shift_context(keep, n_discard);
-  history_.erase(history_.begin() + keep, history_.begin() + keep + n_discard);
-  stats.n_discarded += n_discard;
+std::span<const float> Generator::decode_streaming(GenerationStats& stats) {
+  std::span<const float> logits;
+  const int32_t step = evictor_.max_step();
+  while (size_t(session_.n_past()) < history_.size()) {
+    const int32_t n = (int32_t)std::min<size_t>(size_t(step), history_.size() - size_t(session_.n_past()));
+    stats.n_discarded += evictor_.make_room(n, history_);
+    logits = session_.decode(std::span<const int32_t>(&history_[size_t(session_.n_past())], size_t(n)));
+  }
+  return logits;
 }
 
 void Generator::reset() {
@@ -84,15 +88,13 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
                                     const std::atomic<bool>* cancel) {
   GenerationStats stats;
   const size_t n_ctx = (size_t)session_.n_ctx();
-  if (context_shift_ && history_.size() + new_tokens.size() > n_ctx) {
-    // Room for the prompt: half of what may go, or all that must if that is more.
-    const int64_t need = int64_t(history_.size() + new_tokens.size()) - int64_t(n_ctx);
-    const int64_t movable = int64_t(session_.n_past()) - kept();
-    if (need <= movable) shift((int32_t)std::max<int64_t>(need, movable / 2), stats);
-  }
+  const KvEviction policy = evictor_.policy();
+  const bool streaming = policy == KvEviction::sink || policy == KvEviction::h2o;
+  if (policy == KvEviction::shift)  // room for the prompt, if it fits once the history is dropped
+    stats.n_discarded += evictor_.make_room(int32_t(history_.size() + new_tokens.size()) - session_.n_past(), history_);
   const size_t cached = (size_t)session_.n_past();
   const size_t history_before = history_.size();
-  if (history_before + new_tokens.size() > n_ctx)
+  if (!streaming && history_before + new_tokens.size() > n_ctx)
     throw Error("prompt does not fit: " + std::to_string(history_before) + " tokens of history + " +
                 std::to_string(new_tokens.size()) + " new exceed the context size " +
                 std::to_string(session_.n_ctx()) + " (use -c to raise it)");
@@ -106,10 +108,14 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
   auto t0 = std::chrono::steady_clock::now();
   std::span<const float> logits;
   try {
-    logits = session_.decode(pending);
-  } catch (...) {  // leave the conversation as it was
-    history_.resize(history_before);
-    session_.truncate((int32_t)cached);
+    logits = streaming ? decode_streaming(stats) : session_.decode(pending);
+  } catch (...) {  // leave the conversation as it was (after an eviction: as far as it got)
+    if (stats.n_discarded == 0 || !streaming) {
+      history_.resize(history_before);
+      session_.truncate((int32_t)cached);
+    } else {
+      history_.resize(size_t(session_.n_past()));
+    }
     throw;
   }
   stats.n_prompt = (int32_t)pending.size();
@@ -133,10 +139,12 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     const std::string text = detok.push(token);
     if (!text.empty()) on_text(text);
     if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
-    if (session_.n_past() >= session_.n_ctx()) {
-      const int32_t movable = session_.n_past() - kept();
-      if (!context_shift_ || movable < 2) { stats.stop = StopReason::context_full; break; }
-      shift(movable / 2, stats);
+    if (session_.n_past() >= std::min(session_.n_ctx(), evictor_.budget())) {
+      // A shift needs two movable tokens (it drops half of them); the others one.
+      const int32_t movable = session_.n_past() - evictor_.kept(history_);
+      const int32_t dropped = policy == KvEviction::shift && movable < 2 ? 0 : evictor_.make_room(1, history_);
+      if (dropped == 0) { stats.stop = StopReason::context_full; break; }
+      stats.n_discarded += dropped;
     }
     const int32_t one[1] = {token};
     logits = session_.decode(one);

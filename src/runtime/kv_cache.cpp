@@ -188,6 +188,22 @@ void KvCache::shift_ring(size_t layer, size_t n_keep, size_t n_discard, size_t n
   held_from_[layer] = from;
 }
 
+// Full-size layers only (eviction refuses rings): slot == position.
+void KvCache::gather_values(size_t layer, const int32_t* kept, size_t n_kept) {
+  if (!s_.v_transposed) {
+    uint8_t* base = &v_[v_off_[layer]];
+    for (size_t i = 0; i < n_kept; ++i)
+      if (size_t(kept[i]) != i) std::memcpy(base + i * v_row_bytes_, base + size_t(kept[i]) * v_row_bytes_, v_row_bytes_);
+    return;
+  }
+  const size_t elem = value_size(), vt_row = vt_row_bytes(layer);
+  for (size_t d = 0; d < s_.kv_dim; ++d) {
+    uint8_t* row = &v_[v_off_[layer] + d * vt_row];
+    for (size_t i = 0; i < n_kept; ++i)
+      if (size_t(kept[i]) != i) std::memcpy(row + i * elem, row + size_t(kept[i]) * elem, elem);
+  }
+}
+
 void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const {
   for (size_t j = 0; j < nj; ++j) row_to_f32(s_.k_type, k_row(layer, j0 + j), e0, n, out + j * ld);
 }

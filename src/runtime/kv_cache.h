@@ -116,7 +116,26 @@ class KvCache {
       move_values(l, n_keep, n_discard, n_past);
     }
   }
-  static constexpr size_t kMaxRow = 8192;  // kv_dim limit of shift()
+  static constexpr size_t kMaxRow = 8192;  // kv_dim limit of shift() and compact()
+
+  // Eviction: position kept[i] moves to i in every layer (kept ascending, so kept[i] >= i
+  // and rows only move down), every other position is forgotten. Each moved key row goes
+  // through rerotate(row, kept[i] - i) so RoPE can be turned back by the distance that
+  // row moved; values move as they are (per dimension row when transposed).
+  template <typename Rerotate>  // rerotate(float* k_row, size_t delta)
+  void compact(const int32_t* kept, size_t n_kept, Rerotate&& rerotate) {
+    float row[kMaxRow];
+    for (size_t l = 0; l < s_.n_layers; ++l) {
+      for (size_t i = 0; i < n_kept; ++i) {
+        const size_t from = size_t(kept[i]);
+        if (from == i) continue;
+        keys_to_f32(l, from, 1, 0, s_.kv_dim, row, s_.kv_dim);
+        rerotate(row, from - i);
+        store_key(l, i, row);
+      }
+      gather_values(l, kept, n_kept);
+    }
+  }
 
   // Saved state (session files): the first n positions of a layer, keys by position
   // then values in the cache's own layout minus the unused tail. Whole-row copies
@@ -184,6 +203,7 @@ class KvCache {
   // positions' slots.
   void shift_ring(size_t layer, size_t n_keep, size_t n_discard, size_t n_past,
                   const std::function<void(float*)>& rerotate);
+  void gather_values(size_t layer, const int32_t* kept, size_t n_kept);
 
   Shape s_;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;

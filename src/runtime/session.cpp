@@ -15,6 +15,7 @@
 #include "kernels/quant.h"
 #include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_evict.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
 #include "runtime/thread_pool.h"
@@ -136,6 +137,12 @@ struct Session::Impl {
   static constexpr size_t kTileRows = 256, kTileKeys = 256;
   std::vector<float> tile_scratch;  // [n_threads][tile_floats()]
   std::vector<float> logits;  // [n_out][n_vocab]
+  // Eviction (runtime/kv_evict.h): kept positions and one turned-back rotation, reused;
+  // with track_attention, the attention each cached position has received (H2O), a
+  // per-head sum for the current layer and the score pass's scratch.
+  std::vector<int32_t> kept;
+  std::vector<float> back_rot;
+  std::vector<float> att_score, head_score, score_scratch;
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()), ops(kernels::ops()),
@@ -176,6 +183,8 @@ struct Session::Impl {
     rope_config = resolve_rope(c, p.rope);
     positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
+    back_rot.resize(size_t(c.n_rot / 2) * 2);
+    kept.reserve(size_t(n_ctx));
   }
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
@@ -493,6 +502,8 @@ struct Session::Impl {
     const size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
     const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv_cache.kv_dim();
     const int32_t pos0 = n_past;
+    const bool track = !att_score.empty();
+    if (track) std::fill_n(&att_score[size_t(pos0)], B, 0.0f);
 
     for (size_t b = 0; b < B; ++b) embed(tokens[b], &x[b * dim]);
 
@@ -523,6 +534,11 @@ struct Session::Impl {
         kv_cache.store(l, pos0 + b, &k[b * kv_dim], &v[b * kv_dim]);
       }
       attention(l, pos0, B);
+      if (track)
+        accumulate_attention_scores({kv_cache, l, q.data(), c.n_heads, c.n_kv_heads, hd, size_t(pos0), B,
+                                     alibi_slope.empty() ? nullptr : alibi_slope.data(), score_scratch.data(),
+                                     head_score.data(), att_score.data()},
+                                    ops, pool);
       matmul(L.wo, att.data(), xb.data(), B);
       add_bias(xb.data(), L.bo, dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
@@ -621,6 +637,7 @@ void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(vo
                 " layers of width " + std::to_string(s.kv_cache.kv_dim()) + "; see -ctk, -ctv, -fa, --swa-*)");
   try {
     for (size_t l = 0; l < s.kv_cache.n_layers(); ++l) s.kv_cache.read_state(l, size_t(desc.n_pos), source);
+    std::fill(s.att_score.begin(), s.att_score.end(), 0.0f);  // what the saved tokens received is not saved
   } catch (...) {
     s.n_past = 0;
     throw;
@@ -669,7 +686,54 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
     if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back.data(), s.c.rope_neox);
   });
+  if (!s.att_score.empty())
+    std::copy(s.att_score.begin() + n_keep + n_discard, s.att_score.begin() + s.n_past, s.att_score.begin() + n_keep);
   s.n_past -= n_discard;
+}
+
+namespace {
+// Eviction and attention scores assume every cached position is visible to every query.
+void refuse_windows(const std::vector<uint32_t>& window, const char* what) {
+  for (uint32_t w : window)
+    if (w > 0) throw Error(std::string(what) + " does not work with sliding-window layers yet (use --kv-evict shift)");
+}
+}  // namespace
+
+void Session::evict(std::span<const int32_t> positions) {
+  Impl& s = *impl_;
+  refuse_windows(s.window, "KV eviction (sink, h2o)");
+  kept_positions(s.n_past, positions, s.kept);
+  if (positions.empty()) return;
+  const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
+  const size_t half = s.c.n_rot / 2;
+  size_t turned_for = 0;  // the distance back_rot undoes; rows moving the same distance share it
+  s.kv_cache.compact(s.kept.data(), s.kept.size(), [&](float* k_row, size_t delta) {
+    if (!rope) return;
+    if (delta != turned_for) turn_back(&s.rope_cos_sin[delta * half * 2], half, s.back_rot.data()), turned_for = delta;
+    s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
+  });
+  if (!s.att_score.empty())
+    for (size_t i = 0; i < s.kept.size(); ++i) s.att_score[i] = s.att_score[size_t(s.kept[i])];
+  s.n_past = (int32_t)s.kept.size();
+}
+
+void Session::track_attention(bool on) {
+  Impl& s = *impl_;
+  if (on == !s.att_score.empty()) return;
+  if (on) refuse_windows(s.window, "attention scores (h2o)");
+  if (!on) {
+    s.att_score = {}, s.head_score = {}, s.score_scratch = {};
+    return;
+  }
+  const size_t n_ctx = size_t(s.n_ctx);
+  s.att_score.assign(n_ctx, 0.0f);  // what the cached positions received before is unknown: 0
+  s.head_score.resize(size_t(s.c.n_heads) * n_ctx);
+  s.score_scratch.resize(size_t(s.pool.size()) * attention_score_scratch_floats(n_ctx, s.c.head_dim));
+}
+
+std::span<const float> Session::attention_scores() const {
+  if (impl_->att_score.empty()) return {};
+  return {impl_->att_score.data(), size_t(impl_->n_past)};
 }
 
 void Session::truncate(int32_t n) {
