@@ -52,7 +52,9 @@ std::string describe_windows(const std::vector<uint32_t>& windows) {
       if (!pick(windows[l])) { ++l; continue; }
       size_t e = l;
       while (e + 1 < windows.size() && pick(windows[e + 1])) ++e;
-      out += (out.empty() ? "" : ", ") + std::to_string(l) + (e > l ? "-" + std::to_string(e) : "");
+      if (!out.empty()) out += ", ";
+      out += std::to_string(l);
+      if (e > l) out.append("-").append(std::to_string(e));
       l = e + 1;
     }
     return out;
@@ -60,7 +62,10 @@ std::string describe_windows(const std::vector<uint32_t>& windows) {
   const bool uniform = std::all_of(windows.begin(), windows.end(), [&](uint32_t w) { return w == 0 || w == size; });
   if (!uniform) {
     std::string out;
-    for (size_t l = 0; l < windows.size(); ++l) out += (l ? " " : "") + std::to_string(windows[l]);
+    for (size_t l = 0; l < windows.size(); ++l) {
+      if (l) out += ' ';
+      out += std::to_string(windows[l]);
+    }
     return "per layer " + out;
   }
   const std::string global = ranges([](uint32_t w) { return w == 0; });
