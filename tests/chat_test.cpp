@@ -7,6 +7,7 @@
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -14,10 +15,7 @@ namespace {
 
 using nlohmann::ordered_json;
 
-const Model& stories() {
-  static std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
-  return *model;
-}
+using test::stories;
 
 SamplerParams greedy() {
   SamplerParams p;

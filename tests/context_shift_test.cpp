@@ -12,15 +12,13 @@
 #include "kiln/generator.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
 namespace {
 
-const Model& stories() {
-  static std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
-  return *model;
-}
+using test::stories;
 
 SessionParams params(int32_t n_ctx, TensorType cache = TensorType::F32) {
   SessionParams p;
@@ -104,11 +102,9 @@ TEST(ContextShift, RefusesImpossibleShifts) {
 // finite and the text stays English (almost every word is one the model used in the
 // first, unshifted part).
 TEST(ContextShift, GenerationGoesOnPastTheContext) {
-  Session session(stories(), params(128, TensorType::F16));
-  SamplerParams sp;
-  sp.temperature = 0;
-  Sampler sampler(sp, stories().config().n_vocab);
-  Generator generator(session, stories().tokenizer(), sampler);
+  test::GreedyRig rig(params(128, TensorType::F16));
+  Session& session = rig.session;
+  Generator& generator = rig.generator;
   generator.set_ignore_eos(true);
   generator.set_context_shift(true);
   std::string text;
@@ -146,7 +142,7 @@ TEST(ContextShift, GenerationGoesOnPastTheContext) {
 
   // Without the shift the same run stops at the full context.
   Session plain_session(stories(), params(128, TensorType::F16));
-  Generator plain(plain_session, stories().tokenizer(), sampler);
+  Generator plain(plain_session, stories().tokenizer(), rig.sampler);
   plain.set_ignore_eos(true);
   const GenerationStats stopped = plain.generate(stories().tokenizer().encode("Once upon a time", true), 600,
                                                  [](std::string_view) {});
@@ -157,11 +153,9 @@ TEST(ContextShift, GenerationGoesOnPastTheContext) {
 // A chat longer than its context: each new turn makes room for itself, the reply streams,
 // and later turns append to the shifted cache instead of re-evaluating the conversation.
 TEST(ContextShift, ChatKeepsGoingPastTheContext) {
-  Session session(stories(), params(96, TensorType::F16));
-  SamplerParams sp;
-  sp.temperature = 0;
-  Sampler sampler(sp, stories().config().n_vocab);
-  Generator generator(session, stories().tokenizer(), sampler);
+  test::GreedyRig rig(params(96, TensorType::F16));
+  Session& session = rig.session;
+  Generator& generator = rig.generator;
   generator.set_context_shift(true);
   Chat chat(generator, stories().tokenizer(), ChatTemplate(Chat::plain_template()));
   bool shifted_once = false;

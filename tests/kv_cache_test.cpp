@@ -12,27 +12,15 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
 namespace {
 
-const Model& stories() {
-  static std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
-  return *model;
-}
+using test::stories;
 
-// ~700 tokens: more than two key blocks of the tiled attention (256) and more than one
-// block of queries per task.
-const std::vector<int32_t>& long_tokens() {
-  static const std::vector<int32_t> tokens = [] {
-    const std::string story = test::read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt");
-    std::vector<int32_t> t = stories().tokenizer().encode(story + "\n" + story, true);
-    t.resize(std::min<size_t>(t.size(), 700));
-    return t;
-  }();
-  return tokens;
-}
+using test::long_tokens;
 
 SessionParams params(TensorType k, TensorType v, FlashAttention fa, int32_t n_threads = 2) {
   SessionParams p;

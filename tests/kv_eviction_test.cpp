@@ -15,15 +15,13 @@
 #include "kiln/kv_eviction.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
 namespace {
 
-const Model& stories() {
-  static std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
-  return *model;
-}
+using test::stories;
 
 SessionParams params(int32_t n_ctx, TensorType cache = TensorType::F32, int32_t threads = 2,
                      FlashAttention fa = FlashAttention::automatic) {
@@ -200,11 +198,9 @@ TEST(KvEvict, H2oRunsTenContexts) { expect_runs_ten_contexts(KvEviction::h2o); }
 // Token by token (the pending token decoded by the next call): after every step the cache
 // holds exactly the 4 sinks and the most recent tokens of the whole sequence.
 TEST(KvEvict, SinkKeepsSinksAndRecentWindow) {
-  Session session(stories(), params(48, TensorType::F16));
-  SamplerParams sp;
-  sp.temperature = 0;
-  Sampler sampler(sp, stories().config().n_vocab);
-  Generator generator(session, stories().tokenizer(), sampler);
+  test::GreedyRig rig(params(48, TensorType::F16));
+  Session& session = rig.session;
+  Generator& generator = rig.generator;
   generator.set_ignore_eos(true);
   KvEvictionParams p;
   p.policy = KvEviction::sink;
@@ -308,7 +304,9 @@ TEST(KvEvict, H2oEvictsTheLeastAttended) {
   EXPECT_TRUE(std::equal(want_scores.begin(), want_scores.end(), s.attention_scores().begin()));
   const float dropped_max = std::max(before[size_t(expected[0])], before[size_t(expected[1])]);
   for (int32_t i = 1; i < 32; ++i)
-    if (std::find(expected.begin(), expected.end(), i) == expected.end()) EXPECT_GE(before[size_t(i)], dropped_max) << i;
+    if (std::find(expected.begin(), expected.end(), i) == expected.end()) {
+      EXPECT_GE(before[size_t(i)], dropped_max) << i;
+    }
 }
 
 // Off (the default, or none given explicitly) is the plain generator: the golden text. And
@@ -334,11 +332,8 @@ TEST(KvEvict, ThreadCountsAgree) {
   for (KvEviction policy : {KvEviction::sink, KvEviction::h2o}) {
     std::string texts[2];
     for (int threads : {1, 2}) {
-      Session session(stories(), params(96, TensorType::F16, threads));
-      SamplerParams sp;
-      sp.temperature = 0;
-      Sampler sampler(sp, stories().config().n_vocab);
-      Generator g(session, stories().tokenizer(), sampler);
+      test::GreedyRig rig(params(96, TensorType::F16, threads));
+      Generator& g = rig.generator;
       g.set_ignore_eos(true);
       KvEvictionParams p;
       p.policy = policy;
@@ -354,11 +349,9 @@ TEST(KvEvict, ThreadCountsAgree) {
 
 // A chat past its context with sinks: turns append to the evicted cache.
 TEST(KvEvict, ChatWithSinksKeepsGoing) {
-  Session session(stories(), params(64, TensorType::F16));
-  SamplerParams sp;
-  sp.temperature = 0;
-  Sampler sampler(sp, stories().config().n_vocab);
-  Generator generator(session, stories().tokenizer(), sampler);
+  test::GreedyRig rig(params(64, TensorType::F16));
+  Session& session = rig.session;
+  Generator& generator = rig.generator;
   KvEvictionParams p;
   p.policy = KvEviction::sink;
   generator.set_kv_eviction(p);

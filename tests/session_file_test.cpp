@@ -13,6 +13,7 @@
 #include "model/generate_model.h"
 #include "quantize/quantize_model.h"
 #include "runtime/hash64.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 using namespace kiln;

@@ -14,25 +14,15 @@
 #include "kiln/session.h"
 #include "kiln/session_file.h"
 #include "model/generate_model.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
 namespace {
 
-const Model& stories() {
-  static std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
-  return *model;
-}
+using test::stories;
 
-const std::vector<int32_t>& long_tokens() {
-  static const std::vector<int32_t> tokens = [] {
-    const std::string story = test::read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt");
-    std::vector<int32_t> t = stories().tokenizer().encode(story + "\n" + story, true);
-    t.resize(std::min<size_t>(t.size(), 700));
-    return t;
-  }();
-  return tokens;
-}
+using test::long_tokens;
 
 struct Opts {
   int32_t window = 48, pattern = -1;
