@@ -34,4 +34,8 @@ inline bool swa_pattern_slides(uint32_t l, uint32_t n) { return n == 0 || l % n 
 void load_llama(Model& model);
 void load_mpt(Model& model);
 
+// The block shape every family states the same way: <prefix>context_length,
+// embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
+void read_block_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+
 }  // namespace kiln

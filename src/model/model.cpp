@@ -288,4 +288,13 @@ uint64_t Model::weight_bytes() const {
   return n;
 }
 
+void read_block_shape(const gguf::File& f, const std::string& p, ModelConfig& c) {
+  c.n_ctx_train = (uint32_t)f.get_uint(p + "context_length");
+  c.dim = (uint32_t)f.get_uint(p + "embedding_length");
+  c.n_layers = (uint32_t)f.get_uint(p + "block_count");
+  c.ffn_dim = (uint32_t)f.get_uint(p + "feed_forward_length");
+  c.n_heads = (uint32_t)f.get_uint(p + "attention.head_count");
+  c.n_kv_heads = (uint32_t)f.get_uint(p + "attention.head_count_kv", c.n_heads);
+}
+
 }  // namespace kiln

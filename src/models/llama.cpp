@@ -10,12 +10,7 @@ void load_llama(Model& model) {
   ModelConfig& c = model.mutable_config();
   const std::string p = c.arch + ".";
 
-  c.n_ctx_train = (uint32_t)f.get_uint(p + "context_length");
-  c.dim = (uint32_t)f.get_uint(p + "embedding_length");
-  c.n_layers = (uint32_t)f.get_uint(p + "block_count");
-  c.ffn_dim = (uint32_t)f.get_uint(p + "feed_forward_length");
-  c.n_heads = (uint32_t)f.get_uint(p + "attention.head_count");
-  c.n_kv_heads = (uint32_t)f.get_uint(p + "attention.head_count_kv", c.n_heads);
+  read_block_shape(f, p, c);
   c.rms_eps = (float)f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
   c.rope_theta = (float)f.get_float(p + "rope.freq_base", 10000.0);
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
