@@ -117,7 +117,6 @@ struct Session::Impl {
   bool flash;
   int32_t n_past = 0;
 
-  RopeConfig rope_config;
   uint64_t positions_id = 0;  // KvStateDesc::positions
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
   std::vector<float> alibi_slope;   // [n_heads] with Positions::alibi, else empty
@@ -180,7 +179,7 @@ struct Session::Impl {
     logits.resize(c.n_vocab);
 
     // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
-    rope_config = resolve_rope(c, p.rope);
+    const RopeConfig rope_config = resolve_rope(c, p.rope);
     positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
     back_rot.resize(size_t(c.n_rot / 2) * 2);
@@ -676,15 +675,11 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   // Rotation by -n_discard: the pair angles are linear in the position (with every scaling
   // kiln knows), so the table's entry for n_discard, scaled back to unit length (YaRN folds
   // its magnitude in) and mirrored, turns each kept key back that far.
-  std::vector<float> back(size_t(s.c.n_rot / 2) * 2);
-  rope_cos_sin(s.rope_config, n_discard, back.data());
-  for (size_t i = 0; i < back.size(); i += 2) {
-    const double norm = std::hypot((double)back[i], (double)back[i + 1]);
-    back[i] = float(back[i] / norm), back[i + 1] = float(-back[i + 1] / norm);
-  }
+  const size_t half = s.c.n_rot / 2;
+  turn_back(&s.rope_cos_sin[size_t(n_discard) * half * 2], half, s.back_rot.data());
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
   s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
-    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back.data(), s.c.rope_neox);
+    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
   });
   if (!s.att_score.empty())
     std::copy(s.att_score.begin() + n_keep + n_discard, s.att_score.begin() + s.n_past, s.att_score.begin() + n_keep);
