@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/zeroed_bytes.h"
 #include "kiln/tensor_type.h"
 
 namespace kiln {
@@ -209,7 +210,7 @@ class KvCache {
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
   std::vector<size_t> k_off_, v_off_;  // byte offset of each layer's keys and values
   std::vector<size_t> held_from_;      // per layer, see held_from()
-  std::vector<uint8_t> k_, v_;
+  ZeroedBytes k_, v_;  // pages are touched as positions fill
   std::vector<uint8_t> v_converted_;  // one value row in v_type, for the transposed store
 };
 
