@@ -4,6 +4,8 @@
 // and the CLI's --parallel.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -431,6 +433,29 @@ TEST(ParallelCli, ErrorsAreOneLine) {
                               "--parallel needs --kv-layout paged");
   test::expect_one_line_error(test::run_command(stories_cmd("-p 'Once' --kv-layout paged --context-shift")), 2,
                               "need --kv-layout contiguous");
+}
+
+// -np: a pp row, then tg rows of 1 and 3 sequences after the shared 40-token prefix.
+TEST(ParallelCli, BenchReportsAggregateSpeedAndMemory) {
+  const auto r = test::run_command(test::kiln_binary() + " bench " +
+                                   test::shell_quote(test::shared_path("models/stories260K.gguf")) +
+                                   " -p 40 -n 8 -r 1 -t 1 -np 1,3 -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  EXPECT_TRUE(rows[0]["n_parallel"].is_null());
+  for (int i : {1, 2}) {
+    const auto& row = rows[size_t(i)];
+    EXPECT_EQ(row["n_parallel"], i == 1 ? 1 : 3);
+    EXPECT_EQ(row["n_gen"], 8);
+    EXPECT_GT(row["avg_ts"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(rows[1]["kv_layout"], "contiguous");
+  EXPECT_EQ(rows[2]["kv_layout"], "paged");
+  // 40 + 8 positions per sequence in blocks of 16: 2 shared, 1 each of their own.
+  const double block = 5.0 * 16 * 32 * 2 * 2;
+  EXPECT_EQ(rows[2]["kv_bytes"].get<double>(), (2 + 3 * 1) * block);
+  EXPECT_EQ(rows[2]["kv_bytes_unshared"].get<double>(), 3 * 3 * block);
 }
 
 }  // namespace

@@ -87,9 +87,9 @@ std::unique_ptr<PagedKv> paged_kv(const KvCache::Shape& s, const SessionParams& 
   if (std::any_of(windows.begin(), windows.end(), [](uint32_t w) { return w > 0; }))
     throw Error("--kv-layout paged does not support sliding-window layers yet (" + describe_windows(windows) +
                 "; use --kv-layout contiguous)");
-  if (p.kv_block < 1) throw Error("KV block size must be positive, got " + std::to_string(p.kv_block));
+  const size_t block = size_t(std::max(p.kv_block, 0));  // PagedKv refuses 0
   auto kv = std::make_unique<PagedKv>(
-      PagedKv::Shape{s.n_layers, s.kv_dim, s.head_dim, s.k_type, s.v_type, s.v_transposed, size_t(p.kv_block), s.n_ctx});
+      PagedKv::Shape{s.n_layers, s.kv_dim, s.head_dim, s.k_type, s.v_type, s.v_transposed, block, s.n_ctx});
   kv->add_sequence();
   return kv;
 }
