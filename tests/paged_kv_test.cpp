@@ -307,8 +307,11 @@ TEST(PagedGreedy, SameTextAsContiguousFor400Tokens) {
 }
 
 TEST(PagedSession, ContiguousRefusesSequencesAndPagedRefusesWhatItLacks) {
+  EXPECT_EQ(SessionParams{}.kv_layout, KvLayout::contiguous) << "the default stays the contiguous cache";
   Session contiguous(stories(), params(KvLayout::contiguous, TensorType::F16, FlashAttention::automatic));
   EXPECT_EQ(contiguous.kv_layout(), KvLayout::contiguous);
+  EXPECT_EQ(contiguous.kv_memory().bytes_used, contiguous.kv_cache_bytes());
+  EXPECT_EQ(contiguous.kv_memory().blocks_used, 0);
   EXPECT_THROW(contiguous.fork_sequence(0), Error);
   const int32_t tok[1] = {1}, seq[1] = {0};
   EXPECT_THROW(contiguous.decode_parallel(seq, tok), Error);
