@@ -47,6 +47,10 @@ class KvCache {
   // Bytes of keys and values for a cache of this shape (before allocating one).
   static double bytes_for(const Shape& shape);
   static size_t row_bytes(TensorType t, size_t n);  // n values of t (n a multiple of its block)
+  // A row of n floats in type t, and values [e0, e0 + n) of such a row back as floats:
+  // the conversions every cache layout stores and reads with (runtime/paged_kv.h too).
+  static void encode_row(TensorType t, const float* in, size_t n, uint8_t* row);
+  static void decode_row(TensorType t, const uint8_t* row, size_t e0, size_t n, float* out);
 
   const Shape& shape() const { return s_; }
   size_t n_layers() const { return s_.n_layers; }
