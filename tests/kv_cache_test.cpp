@@ -141,6 +141,34 @@ TEST(TiledAttention, SameGreedyTextAsTheReference) {
             greedy_text(params(TensorType::F16, TensorType::F16, FlashAttention::off), 200));
 }
 
+// Decoding splits a query's keys into slices of 512 positions (flash-decoding) and merges
+// their partial softmaxes: at 1,600 tokens four slices, merged to the whole-row reference
+// within float rounding, and the same bits whatever the threads (a slice is a task).
+TEST(TiledAttention, KeySlicesMergeToTheReference) {
+  const std::string story = test::read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt");
+  std::vector<int32_t> tokens = stories().tokenizer().encode(story + "\n" + story + "\n" + story, true);
+  ASSERT_GT(tokens.size(), 1600u);
+  tokens.resize(1600);
+  const auto run = [&](FlashAttention fa, int32_t threads) {
+    SessionParams p = params(TensorType::F32, TensorType::F32, fa, threads);
+    p.n_ctx = 2048;
+    Session s(stories(), p);
+    s.decode(std::span(tokens.data(), 1200));
+    std::vector<float> out;
+    for (size_t i = 1200; i < tokens.size(); ++i) {
+      auto l = s.decode(std::span(&tokens[i], 1));
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  const auto tiled = run(FlashAttention::on, 2);
+  const Nmse e = nmse(tiled, run(FlashAttention::off, 2));
+  EXPECT_LT(e.worst, 1e-10);
+  EXPECT_GT(e.worst, 0.0) << "identical to the whole-row path: is tiled attention in use?";
+  EXPECT_EQ(run(FlashAttention::on, 1), tiled);
+  EXPECT_EQ(run(FlashAttention::on, 3), tiled);
+}
+
 TEST(KvCacheTypes, MemoryFollowsTheType) {
   const auto bytes = [](TensorType k, TensorType v) {
     return Session(stories(), params(k, v, FlashAttention::automatic)).kv_cache_bytes();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "runtime/sliding_window.h"
 
@@ -49,6 +50,9 @@ Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, 
   const size_t threads = size_t(n_threads);
   if (flash) {
     tile_scratch_.resize(threads * tile_floats());
+    // One sequence decoding at the full context with its query heads in one part: the
+    // per-token path then never allocates (more sequences grow it once).
+    partial_.resize(size_t(c.n_heads) * ((n_ctx + kSplitKeys - 1) / kSplitKeys) * (c.head_dim + 2));
     return;
   }
   scores_.resize(threads * kQueryBlock * n_ctx);
@@ -229,15 +233,35 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
   const float scale = 1.0f / std::sqrt((float)hd);
   const bool k_by_head = KvCache::is_one_value(k_type_) || hd % 32 == 0;
   const uint32_t W = window_[l];
-  // Tasks: (span, KV head, part of its query heads, block of queries), at least one per thread.
-  const size_t n_qblocks_min = 1;
+  // Tasks: (span, KV head, part of its query heads, unit), at least one per thread. A
+  // prefill span's units are blocks of queries; a decoding span's are slices of its keys
+  // (flash-decoding): the slices' partial softmaxes are merged after the pool is done, so
+  // a long context is shared by the threads even with fewer KV heads than threads. Slices
+  // are fixed by positions alone, so the thread count changes no result.
+  const auto key_range = [&](const QuerySpan& sp) {
+    const size_t lo = window_start(sp.pos, W);
+    return std::pair<size_t, size_t>{lo, sp.pos + 1 - lo};
+  };
+  const auto units_of = [&](const QuerySpan& sp, size_t nb_max) {
+    if (sp.n == 1) return std::max<size_t>(1, (key_range(sp).second + kSplitKeys - 1) / kSplitKeys);
+    return (sp.n + nb_max - 1) / nb_max;
+  };
+  size_t units = 0;
+  for (const QuerySpan& sp : spans) units += units_of(sp, kTileRows);  // a lower bound of the final count
   size_t parts = std::max<size_t>((group + kTileRows - 1) / kTileRows,
-                                  (size_t(pool.size()) + c_.n_kv_heads * n_qblocks_min - 1) / (c_.n_kv_heads * n_qblocks_min));
+                                  (size_t(pool.size()) + c_.n_kv_heads * units - 1) / (c_.n_kv_heads * units));
   parts = std::min(parts, group);
   const size_t heads_per_part = (group + parts - 1) / parts;
   const size_t nb_max = std::max<size_t>(1, kTileRows / heads_per_part);
   size_t n_tasks = 0, work = 0;
-  for (const QuerySpan& sp : spans) n_tasks += c_.n_kv_heads * parts * ((sp.n + nb_max - 1) / nb_max), work += sp.n * (sp.pos + sp.n);
+  bool split = false;
+  for (const QuerySpan& sp : spans) {
+    const size_t u = units_of(sp, nb_max);
+    n_tasks += c_.n_kv_heads * parts * u, work += sp.n * (sp.pos + sp.n), split = split || (sp.n == 1 && u > 1);
+  }
+  // A split task's rows: its unnormalized output, running max and sum, [heads_per_part][hd + 2].
+  const size_t partial_floats = heads_per_part * (hd + 2);
+  if (split && partial_.size() < n_tasks * partial_floats) partial_.resize(n_tasks * partial_floats);
 
   const auto run = [&](int tid, int nth) {
     float* Qs = &tile_scratch_[size_t(tid) * tile_floats()];  // [rows][hd]
@@ -250,16 +274,17 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
     float* lsum = m + kTileRows;                              // [rows]
     size_t span_i = 0, span_first = 0;  // the span of task t: tasks [span_first, ...) are span_i's
     for (size_t t = tid; t < n_tasks; t += nth) {
-      size_t n_qblocks = (spans[span_i].n + nb_max - 1) / nb_max;
-      while (t >= span_first + c_.n_kv_heads * parts * n_qblocks) {
-        span_first += c_.n_kv_heads * parts * n_qblocks;
-        n_qblocks = (spans[++span_i].n + nb_max - 1) / nb_max;
+      size_t n_units = units_of(spans[span_i], nb_max);
+      while (t >= span_first + c_.n_kv_heads * parts * n_units) {
+        span_first += c_.n_kv_heads * parts * n_units;
+        n_units = units_of(spans[++span_i], nb_max);
       }
       const QuerySpan& sp = spans[span_i];
       const size_t u = t - span_first;
-      const size_t kvh = u / (parts * n_qblocks), part = u / n_qblocks % parts, qb = u % n_qblocks;
+      const size_t kvh = u / (parts * n_units), part = u / n_units % parts, unit = u % n_units;
       const size_t g0 = part * group / parts, nh = (part + 1) * group / parts - g0;
-      const size_t b0 = qb * nb_max, nb = std::min(nb_max, sp.n - b0), rows = nh * nb;
+      const bool decode = sp.n == 1;
+      const size_t b0 = decode ? 0 : unit * nb_max, nb = std::min(nb_max, sp.n - b0), rows = nh * nb;
       // Row i is query head kvh * group + g0 + i / nb at batch position b0 + i % nb.
       const auto q_row = [&](size_t i) { return (sp.row + b0 + i % nb) * q_dim + (kvh * group + g0 + i / nb) * hd; };
       for (size_t i = 0; i < rows; ++i) {
@@ -269,8 +294,9 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
       }
       // Key positions from what the block's first query sees to what its last one sees,
       // in blocks that never cross the end of a ring.
-      const size_t n_keys = sp.pos + b0 + nb;
-      for (size_t j0 = window_start(sp.pos + b0, W), nk = 0; j0 < n_keys; j0 += nk) {
+      size_t key_lo = window_start(sp.pos + b0, W), n_keys = sp.pos + b0 + nb;
+      if (decode && n_units > 1) key_lo += unit * kSplitKeys, n_keys = std::min(n_keys, key_lo + kSplitKeys);
+      for (size_t j0 = key_lo, nk = 0; j0 < n_keys; j0 += nk) {
         nk = std::min({kTileKeys, n_keys - j0, tile_room(l, j0)});
         if (k_by_head) {
           scores_qk(l, sp.seq, kvh, Qs, hd, rows, S, j0, nk);
@@ -313,6 +339,14 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
         }
         for (size_t i = 0; i < rows; ++i) ops_.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
       }
+      if (decode && n_units > 1) {  // merged below
+        float* part_out = &partial_[t * partial_floats];
+        for (size_t i = 0; i < rows; ++i) {
+          std::copy_n(O + i * hd, hd, part_out + i * (hd + 2));
+          part_out[i * (hd + 2) + hd] = m[i], part_out[i * (hd + 2) + hd + 1] = lsum[i];
+        }
+        continue;
+      }
       for (size_t i = 0; i < rows; ++i) {
         ops_.scale(O + i * hd, 1.0f / lsum[i], hd);
         std::copy_n(O + i * hd, hd, &out[q_row(i)]);
@@ -321,6 +355,36 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
   };
   const bool one_thread = c_.n_heads * work * hd < 32 * 1024 || pool.size() == 1;
   one_thread ? run(0, 1) : pool.run(run);
+  if (!split) return;
+
+  // Merge each split row's slices in key order: with M the largest running max,
+  // out = sum_s e^(m_s - M) O_s / sum_s e^(m_s - M) l_s.
+  size_t first = 0;
+  for (const QuerySpan& sp : spans) {
+    const size_t n_units = units_of(sp, nb_max), per_span = c_.n_kv_heads * parts * n_units;
+    if (sp.n == 1 && n_units > 1) {
+      for (size_t kvh = 0; kvh < c_.n_kv_heads; ++kvh)
+        for (size_t part = 0; part < parts; ++part) {
+          const size_t g0 = part * group / parts, nh = (part + 1) * group / parts - g0;
+          const float* slices = &partial_[(first + (kvh * parts + part) * n_units) * partial_floats];
+          for (size_t i = 0; i < nh; ++i) {
+            const auto row_of = [&](size_t s) { return slices + s * partial_floats + i * (hd + 2); };
+            float M = -INFINITY;
+            for (size_t s = 0; s < n_units; ++s) M = std::max(M, row_of(s)[hd]);
+            float* o = &out[sp.row * q_dim + (kvh * group + g0 + i) * hd];
+            std::fill_n(o, hd, 0.0f);
+            float L = 0.0f;
+            for (size_t s = 0; s < n_units; ++s) {
+              const float w = std::exp(row_of(s)[hd] - M);
+              L += w * row_of(s)[hd + 1];
+              ops_.axpy(w, row_of(s), o, hd);
+            }
+            ops_.scale(o, 1.0f / L, hd);
+          }
+        }
+    }
+    first += per_span;
+  }
 }
 
 }  // namespace kiln

@@ -83,6 +83,9 @@ class Attention {
   // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
   static constexpr size_t kTileRows = 256, kTileKeys = 256;
   std::vector<float> tile_scratch_;  // [n_threads][tile_floats()]
+  // A decoding query's keys are cut into slices of kSplitKeys positions, one task each.
+  static constexpr size_t kSplitKeys = 512;
+  std::vector<float> partial_;  // [task][rows][head_dim + 2] split slices' outputs, max and sum
 };
 
 }  // namespace kiln
