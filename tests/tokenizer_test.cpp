@@ -1,5 +1,6 @@
-// SentencePiece tokenization against reference data: the vocab test vectors in
-// ../shared/vocab and the llama2.c tok512.model that stories260K.gguf was converted from.
+// Tokenization against reference data: the vocab test vectors in ../shared/vocab
+// (SentencePiece and byte-level BPE families) and the llama2.c tok512.model that
+// stories260K.gguf was converted from.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -91,13 +92,15 @@ TEST_P(VocabVectors, ReproducesEveryReferenceLine) {
   std::printf("%s: %zu/%zu inputs reproduced\n", GetParam(), passed, cases.size());
 }
 
-// decode(encode(x)) gives x back, with the dummy-prefix space in front of non-empty text.
+// decode(encode(x)) gives x back (every family here is lossless), with the dummy-prefix
+// space in front of non-empty text for SentencePiece.
 TEST_P(VocabVectors, DecodeRoundTrips) {
   const std::string rel = std::string("vocab/") + GetParam();
   auto tok = gguf_tokenizer(rel);
-  ASSERT_TRUE(tok->vocab().add_space_prefix);
+  const bool spm = tok->vocab().model == "llama";
+  ASSERT_EQ(tok->vocab().add_space_prefix, spm);
   for (const auto& c : load_cases(rel)) {
-    const std::string expected = c.input.empty() ? "" : " " + c.input;
+    const std::string expected = c.input.empty() || !spm ? c.input : " " + c.input;
     EXPECT_EQ(tok->decode(tok->encode(c.input, false)), expected) << "input [" << c.input << "]";
     // BOS decodes to nothing unless special tokens are asked for.
     EXPECT_EQ(tok->decode(tok->encode(c.input, true)), expected);
@@ -106,6 +109,20 @@ TEST_P(VocabVectors, DecodeRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Spm, VocabVectors,
                          ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"));
+// Byte-level BPE, one pre-tokenizer each (tokenizer.ggml.pre): GPT-2's split (gpt-2,
+// mpt with its user-defined runs of spaces), digits first (starcoder, refact), DeepSeek's
+// staged splits (deepseek-llm, deepseek-coder), punctuation and groups of three digits
+// (falcon).
+INSTANTIATE_TEST_SUITE_P(Bpe, VocabVectors,
+                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-mpt.gguf", "ggml-vocab-starcoder.gguf",
+                                           "ggml-vocab-refact.gguf", "ggml-vocab-deepseek-llm.gguf",
+                                           "ggml-vocab-deepseek-coder.gguf", "ggml-vocab-falcon.gguf"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name = name.substr(11, name.size() - 16);  // ggml-vocab-NAME.gguf
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 // tok512.model was trained with remove_extra_whitespaces=true (its default), which GGUF
 // conversion does not carry over, so these texts avoid leading/trailing/double spaces.

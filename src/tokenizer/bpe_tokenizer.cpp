@@ -71,8 +71,9 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string,
     const std::string& text = vocab_.tokens[i];
     switch (vocab_.types[i]) {
       case TokenType::control: pieces_.emplace_back(); break;
-      // Added tokens hold their text as written, not in the merge alphabet.
-      case TokenType::user_defined: pieces_.push_back(text); break;
+      // Added tokens hold their text as written, not in the byte alphabet; without
+      // byte-level "▁" still stands for a space in them (Gemma's "▁▁" runs).
+      case TokenType::user_defined: pieces_.push_back(opt_.byte_level ? text : replace_space_marks(text)); break;
       case TokenType::byte: {
         const int v = byte_token_value(text);
         pieces_.push_back(v >= 0 ? std::string(1, (char)v) : text);

@@ -55,7 +55,9 @@ void Normalizer::add_unicode_form(Form form) { steps_.push_back({Kind::form, for
 void Normalizer::add_replace(std::string from, std::string to) {
   steps_.push_back({Kind::replace, Form::nfc, std::move(from), std::move(to)});
 }
-void Normalizer::add_prepend(std::string prefix) { steps_.push_back({Kind::prepend, Form::nfc, std::move(prefix), {}}); }
+void Normalizer::add_prepend(std::string prefix, bool unless_present) {
+  steps_.push_back({Kind::prepend, Form::nfc, std::move(prefix), {}, unless_present});
+}
 void Normalizer::add_lowercase() { steps_.push_back({Kind::lowercase, Form::nfc, {}, {}}); }
 
 std::string Normalizer::apply(std::string_view text) const {
@@ -65,7 +67,7 @@ std::string Normalizer::apply(std::string_view text) const {
       case Kind::form: s = unicode_form(s, step.form); break;
       case Kind::replace: replace_all(s, step.a, step.b); break;
       case Kind::prepend:
-        if (!s.empty()) s.insert(0, step.a);
+        if (!s.empty() && !(step.unless_present && s.compare(0, step.a.size(), step.a) == 0)) s.insert(0, step.a);
         break;
       case Kind::lowercase: s = lowercase(s); break;
     }

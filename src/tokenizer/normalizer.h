@@ -12,8 +12,9 @@ class Normalizer {
   enum class Form { nfc, nfd, nfkc, nfkd };
   void add_unicode_form(Form form);
   void add_replace(std::string from, std::string to);
-  // Prefixes non-empty text (SentencePiece-style "▁" before the first word).
-  void add_prepend(std::string prefix);
+  // Prefixes non-empty text (SentencePiece-style "▁" before the first word); with
+  // unless_present, only text that does not already start with the prefix.
+  void add_prepend(std::string prefix, bool unless_present = false);
   void add_lowercase();
   bool empty() const { return steps_.empty(); }
 
@@ -26,6 +27,7 @@ class Normalizer {
     Kind kind;
     Form form = Form::nfc;
     std::string a, b;
+    bool unless_present = false;
   };
   std::vector<Step> steps_;
 };

@@ -2,10 +2,13 @@
 // @huggingface/tokenizers (the transformers.js tokenizer), without special tokens added.
 import { Tokenizer } from "@huggingface/tokenizers";
 import fs from "fs";
+import { fileURLToPath } from "url";
 const [stringsPath, outDir] = process.argv.slice(2);
+// ../shared next to the repository root (this file is in tests/data/hf_tokenizer/).
+const shared = fileURLToPath(new URL("../../../../shared/tokenizers", import.meta.url));
 const strings = JSON.parse(fs.readFileSync(stringsPath, "utf8"));
 for (const name of ["llama3", "qwen3", "gemma3"]) {
-  const dir = `/work/shared/tokenizers/${name}-hf`;
+  const dir = `${shared}/${name}-hf`;
   const tj = JSON.parse(fs.readFileSync(`${dir}/tokenizer.json`, "utf8"));
   const tc = JSON.parse(fs.readFileSync(`${dir}/tokenizer_config.json`, "utf8"));
   const tok = new Tokenizer(tj, tc);
