@@ -190,7 +190,7 @@ TEST(TokenizeCli, UnknownPreOrModelIsOneLineNamingTheSupportedOnes) {
   EXPECT_NE(r.err.find("llama-bpe"), std::string::npos) << r.err;
   bpe_vocab("rwkv", "default").write(dir + "/model.gguf");
   r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/model.gguf hi");
-  test::expect_one_line_error(r, 1, "tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2)");
+  test::expect_one_line_error(r, 1, "tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, bert)");
   // The same vocabulary with a known pre-tokenizer works.
   bpe_vocab("gpt2", "gpt-2").write(dir + "/ok.gguf");
   r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/ok.gguf abba --ids");

@@ -156,7 +156,7 @@ TEST(Tokenizer, UnsupportedModelNamesFileAndModel) {
   w.set("tokenizer.ggml.model", Value::of_string("rwkv"));
   auto f = write_and_open(w, "rwkv.gguf");
   const std::string msg = error_of([&] { Tokenizer::from_gguf(*f); });
-  EXPECT_TRUE(contains(msg, "rwkv.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2")) << msg;
+  EXPECT_TRUE(contains(msg, "rwkv.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, bert)")) << msg;
 }
 
 TEST(Tokenizer, UnknownCharactersWithoutBytePiecesBecomeUnk) {
