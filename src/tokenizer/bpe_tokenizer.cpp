@@ -37,7 +37,7 @@ int byte_token_value(const std::string& text) {
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+BpeTokenizer::BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string_view, std::string_view>>& merges,
                            BpeOptions options, const std::string& origin)
     : opt_(std::move(options)),
       user_defined_(vocab, SpecialKinds::user_defined),
@@ -49,9 +49,13 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string,
   for (size_t i = 0; i < vocab_.size(); ++i) ids_.emplace(vocab_.tokens[i], (int32_t)i);
 
   merges_.reserve(merges.size());
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
-    const auto ia = ids_.find(a), ib = ids_.find(b), ir = ids_.find(a + b);
+    joined.assign(a).append(b);
+    const auto ir = ids_.find(joined);
+    if (ir == ids_.end()) continue;
+    const auto ia = ids_.find(a), ib = ids_.find(b);
     if (ia == ids_.end() || ib == ids_.end() || ir == ids_.end()) continue;
     merges_.emplace(pair_key(ia->second, ib->second), Merge{(int32_t)rank, ir->second});
   }
@@ -94,13 +98,15 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocab(Vocab vocab, const s
   } catch (const Error& e) {
     throw Error(origin + ": " + e.what());
   }
-  std::vector<std::pair<std::string, std::string>> merges;
+  // Views into vocab.merges stay valid when the vocabulary is moved: a moved vector
+  // keeps its elements where they are.
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
   merges.reserve(vocab.merges.size());
   for (const std::string& m : vocab.merges) {
     // Byte-level tokens never contain a space, so the first one separates the parts.
     const size_t sp = m.find(' ', 1);
     if (sp == std::string::npos) throw Error(origin + ": tokenizer.ggml.merges entry '" + m + "' has no space");
-    merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+    merges.emplace_back(std::string_view(m).substr(0, sp), std::string_view(m).substr(sp + 1));
   }
   return std::make_unique<BpeTokenizer>(std::move(vocab), merges, std::move(opt), origin);
 }
@@ -109,7 +115,7 @@ void BpeTokenizer::initial_symbols(std::string_view word, std::vector<int32_t>& 
   bool last_unknown = false;
   for (size_t pos = 0; pos < word.size();) {
     const int len = std::max(1, utf8::sequence_length(word, pos));
-    const std::string ch(word.substr(pos, (size_t)len));
+    const std::string_view ch = word.substr(pos, (size_t)len);
     pos += (size_t)len;
     if (const auto it = ids_.find(ch); it != ids_.end()) {
       ids.push_back(it->second);
@@ -128,7 +134,7 @@ void BpeTokenizer::initial_symbols(std::string_view word, std::vector<int32_t>& 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (opt_.ignore_merges) {
-    if (const auto it = ids_.find(std::string(word)); it != ids_.end()) {
+    if (const auto it = ids_.find(word); it != ids_.end()) {
       out.push_back(it->second);
       return;
     }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -35,8 +36,8 @@ class BpeTokenizer final : public Tokenizer {
  public:
   // `merges` in priority order (first merges first), as pairs of token texts; a merge
   // whose parts or result are not tokens is ignored. `origin` prefixes errors.
-  BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
-               const std::string& origin);
+  BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string_view, std::string_view>>& merges,
+               BpeOptions options, const std::string& origin);
   // A GGUF "gpt2" vocabulary: merges from tokenizer.ggml.merges, the pre-tokenizer from
   // tokenizer.ggml.pre (an unknown name throws kiln::Error listing the supported ones).
   static std::unique_ptr<BpeTokenizer> from_gguf_vocab(Vocab vocab, const std::string& origin);
@@ -54,8 +55,13 @@ class BpeTokenizer final : public Tokenizer {
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
 
+  // Looked up with string_views (no allocation per character while encoding).
+  struct ViewHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   BpeOptions opt_;
-  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<std::string, int32_t, ViewHash, std::equal_to<>> ids_;
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
   std::array<int32_t, 256> byte_tokens_{};      // <0xXX> ids for byte fallback, -1 if absent
   bool have_all_byte_tokens_ = false;

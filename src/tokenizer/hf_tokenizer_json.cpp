@@ -5,11 +5,11 @@
 #include <fstream>
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "kiln/error.h"
 #include "kiln/tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/hf_json_reader.h"
 
 namespace kiln {
 namespace {
@@ -22,11 +22,13 @@ struct Context {
 };
 
 std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(path + ": cannot open tokenizer file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  // One read into a string of the right size: these files reach tens of megabytes.
+  std::string bytes((size_t)in.tellg(), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), (std::streamsize)bytes.size())) throw Error(path + ": cannot read tokenizer file");
+  return bytes;
 }
 
 json parse_json(const std::string& path) {
@@ -116,7 +118,8 @@ std::string config_token(const json& v) {
 
 std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   const Context cx{path};
-  const json j = parse_json(path);
+  HfJsonDocument doc = read_hf_json(read_all(path), path);
+  const json& j = doc.rest;
   if (!j.is_object() || !j.contains("model")) cx.fail("no \"model\" object: not a tokenizer.json");
   const json& m = j.at("model");
   static const json kNone, kEmpty = json::array();
@@ -130,10 +133,10 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
 
   // Ids come from the vocabulary and the added tokens together; gaps (never seen in
   // published files) become unused placeholders so that every id has a token.
-  if (!m.contains("vocab") || !m.at("vocab").is_object()) cx.fail("model.vocab is not an object");
+  if (!doc.has_vocab) cx.fail("model.vocab is not an object");
   const json& added = j.contains("added_tokens") ? j.at("added_tokens") : kEmpty;
   int64_t max_id = -1;
-  for (const auto& [text, id] : m.at("vocab").items()) max_id = std::max(max_id, id.get<int64_t>());
+  for (const auto& [text, id] : doc.vocab) max_id = std::max(max_id, id);
   for (const json& a : added) max_id = std::max(max_id, a.at("id").get<int64_t>());
   if (max_id < 0) cx.fail("the vocabulary is empty");
   if (max_id >= (1 << 24)) cx.fail("token id " + std::to_string(max_id) + " is out of range");
@@ -148,7 +151,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
     v.tokens[(size_t)id] = std::move(text);
     v.types[(size_t)id] = type;
   };
-  for (const auto& [text, id] : m.at("vocab").items()) place(id.get<int64_t>(), text, TokenType::normal);
+  for (auto& [text, id] : doc.vocab) place(id, std::move(text), TokenType::normal);
   for (const json& a : added) {
     place(a.at("id").get<int64_t>(), a.at("content").get<std::string>(),
           a.value("special", false) ? TokenType::control : TokenType::user_defined);
@@ -208,22 +211,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   }
   v.add_bos = v.add_bos && v.bos_id >= 0;
 
-  std::vector<std::pair<std::string, std::string>> merges;
-  const json& mj = m.contains("merges") ? m.at("merges") : kEmpty;
-  merges.reserve(mj.size());
-  for (const json& e : mj) {
-    if (e.is_array() && e.size() == 2) {
-      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-    } else if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ', 1);
-      if (sp == std::string::npos) cx.fail("merge '" + s + "' has no space");
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else {
-      cx.fail("merge " + e.dump() + " is neither \"a b\" nor [a, b]");
-    }
-  }
-  return std::make_unique<BpeTokenizer>(std::move(v), merges, std::move(opt), path);
+  return std::make_unique<BpeTokenizer>(std::move(v), doc.merges(), std::move(opt), path);
 }
 
 }  // namespace

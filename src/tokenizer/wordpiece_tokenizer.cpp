@@ -101,7 +101,7 @@ WordPieceTokenizer::WordPieceTokenizer(Vocab vocab) : specials_(vocab, SpecialKi
   for (size_t i = 0; i < vocab_.size(); ++i) {
     const std::string& t = vocab_.tokens[i];
     if (vocab_.types[i] == TokenType::control) pieces_.emplace_back();
-    else if (t.compare(0, kSpaceMark.size(), kSpaceMark) == 0) pieces_.push_back(" " + t.substr(kSpaceMark.size()));
+    else if (t.compare(0, kSpaceMark.size(), kSpaceMark) == 0) pieces_.emplace_back(1, ' ').append(t, kSpaceMark.size());
     else pieces_.push_back(t);
   }
 }
@@ -124,7 +124,9 @@ void WordPieceTokenizer::encode_word(const std::u32string& word, std::vector<int
     int32_t id = -1;
     size_t end = word.size();
     for (; end > start; --end) {
-      const std::string piece = (start == 0 ? std::string(kSpaceMark) : "") + to_utf8(word, start, end);
+      std::string piece;
+      if (start == 0) piece = kSpaceMark;
+      piece += to_utf8(word, start, end);
       if (const auto it = ids_.find(piece); it != ids_.end()) {
         id = it->second;
         break;
