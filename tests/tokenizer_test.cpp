@@ -92,6 +92,27 @@ TEST_P(VocabVectors, ReproducesEveryReferenceLine) {
   std::printf("%s: %zu/%zu inputs reproduced\n", GetParam(), passed, cases.size());
 }
 
+// `kiln tokenize` gives the same ids as the library on the family's longest input (one
+// process per family keeps this fast; the library test above covers every line).
+TEST_P(VocabVectors, KilnTokenizeMatchesTheLongestLine) {
+  const std::string rel = std::string("vocab/") + GetParam();
+  const auto cases = load_cases(rel);
+  size_t longest = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].input.size() > cases[longest].input.size()) longest = i;
+  }
+  const std::string file = test::temp_dir() + "/input.txt";
+  test::write_file(file, cases[longest].input);
+  const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " +
+                                   test::shell_quote(test::shared_path(rel)) + " -f " + test::shell_quote(file) +
+                                   " --ids --no-bos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string want = "[";
+  for (size_t i = 0; i < cases[longest].expected.size(); ++i)
+    want += (i ? ", " : "") + std::to_string(cases[longest].expected[i]);
+  EXPECT_EQ(test::trim(r.out), want + "]");
+}
+
 // decode(encode(x)) gives x back (every family here is lossless), with the dummy-prefix
 // space in front of non-empty text for SentencePiece.
 TEST_P(VocabVectors, DecodeRoundTrips) {

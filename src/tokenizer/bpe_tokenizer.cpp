@@ -56,7 +56,7 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, const std::vector<std::pair<std::string_
     const auto ir = ids_.find(joined);
     if (ir == ids_.end()) continue;
     const auto ia = ids_.find(a), ib = ids_.find(b);
-    if (ia == ids_.end() || ib == ids_.end() || ir == ids_.end()) continue;
+    if (ia == ids_.end() || ib == ids_.end()) continue;
     merges_.emplace(pair_key(ia->second, ib->second), Merge{(int32_t)rank, ir->second});
   }
 
