@@ -211,7 +211,11 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   }
   v.add_bos = v.add_bos && v.bos_id >= 0;
 
-  return std::make_unique<BpeTokenizer>(std::move(v), doc.merges(), std::move(opt), path);
+  const auto merges = doc.merges();
+  // The vocabulary keeps them as GGUF spells them ("a b"), so it can be written out as one.
+  v.merges.reserve(merges.size());
+  for (const auto& [a, b] : merges) v.merges.emplace_back(std::string(a).append(" ").append(b));
+  return std::make_unique<BpeTokenizer>(std::move(v), merges, std::move(opt), path);
 }
 
 }  // namespace
