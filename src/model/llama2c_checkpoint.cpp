@@ -58,6 +58,9 @@ void write_vocab(gguf::Writer& w, const Vocab& v) {
   for (float s : v.scores) scores.push_back(Value::of_f32(s));
   for (TokenType t : v.types) types.push_back(Value::of_i32((int32_t)t));
   w.set("tokenizer.ggml.model", Value::of_string(v.model));
+  // A tokenizer.json's pre-tokenizer has no GGUF name; the loader's default stands in
+  // until load_llama2c puts the real tokenizer back.
+  if (!v.pre.empty() && v.pre != "tokenizer.json") w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
   w.set("tokenizer.ggml.tokens", Value::of_array(ValueType::STRING, tokens));
   if (!scores.empty()) w.set("tokenizer.ggml.scores", Value::of_array(ValueType::FLOAT32, scores));
   if (!types.empty()) w.set("tokenizer.ggml.token_type", Value::of_array(ValueType::INT32, types));
