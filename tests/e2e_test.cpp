@@ -67,13 +67,15 @@ TEST(E2E, PromptSourcesAgree) {
   EXPECT_EQ(trim(by_stdin.out), want) << by_stdin.err;
 }
 
-// --tokenizer swaps in a SentencePiece tokenizer.model: the same vocabulary gives the
-// same golden text.
+// --tokenizer swaps in a SentencePiece tokenizer.model or llama2.c's tokenizer.bin: the
+// same vocabulary gives the same golden text.
 TEST(E2E, ExternalTokenizerModel) {
-  auto r = kiln_run("run " + shell_quote(model()) + " 'Once upon a time' -n 100 --temp 0 --quiet --tokenizer " +
-                    shell_quote(shared_path("models/tok512.model")));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(trim(r.out), golden("stories260K.once-upon-a-time.greedy100.txt"));
+  for (const char* file : {"models/tok512.model", "models/tok512.bin"}) {
+    auto r = kiln_run("run " + shell_quote(model()) + " 'Once upon a time' -n 100 --temp 0 --quiet --tokenizer " +
+                      shell_quote(shared_path(file)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(trim(r.out), golden("stories260K.once-upon-a-time.greedy100.txt")) << file;
+  }
   // A tokenizer with more tokens than the model has embeddings is refused.
   auto big = kiln_run("run " + shell_quote(model()) + " hi --tokenizer " +
                       shell_quote(shared_path("tokenizers/llama2-spm/tokenizer.model")));

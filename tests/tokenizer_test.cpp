@@ -1,5 +1,6 @@
-// SentencePiece tokenization against reference data: the vocab test vectors in
-// ../shared/vocab and the llama2.c tok512.model that stories260K.gguf was converted from.
+// Tokenization against reference data: the vocab test vectors in ../shared/vocab
+// (SentencePiece and byte-level BPE families) and the llama2.c tok512.model that
+// stories260K.gguf was converted from.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -91,13 +92,37 @@ TEST_P(VocabVectors, ReproducesEveryReferenceLine) {
   std::printf("%s: %zu/%zu inputs reproduced\n", GetParam(), passed, cases.size());
 }
 
-// decode(encode(x)) gives x back, with the dummy-prefix space in front of non-empty text.
+// `kiln tokenize` gives the same ids as the library on the family's longest input (one
+// process per family keeps this fast; the library test above covers every line).
+TEST_P(VocabVectors, KilnTokenizeMatchesTheLongestLine) {
+  const std::string rel = std::string("vocab/") + GetParam();
+  const auto cases = load_cases(rel);
+  size_t longest = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].input.size() > cases[longest].input.size()) longest = i;
+  }
+  const std::string file = test::temp_dir() + "/input.txt";
+  test::write_file(file, cases[longest].input);
+  const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " +
+                                   test::shell_quote(test::shared_path(rel)) + " -f " + test::shell_quote(file) +
+                                   " --ids --no-bos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string want = "[";
+  for (size_t i = 0; i < cases[longest].expected.size(); ++i)
+    want += (i ? ", " : "") + std::to_string(cases[longest].expected[i]);
+  EXPECT_EQ(test::trim(r.out), want + "]");
+}
+
+// decode(encode(x)) gives x back (every family here is lossless), with the dummy-prefix
+// space in front of non-empty text for SentencePiece.
 TEST_P(VocabVectors, DecodeRoundTrips) {
   const std::string rel = std::string("vocab/") + GetParam();
   auto tok = gguf_tokenizer(rel);
-  ASSERT_TRUE(tok->vocab().add_space_prefix);
+  if (tok->vocab().model == "bert") GTEST_SKIP() << "WordPiece lower-cases and strips accents: not lossless";
+  const bool spm = tok->vocab().model == "llama";
+  ASSERT_EQ(tok->vocab().add_space_prefix, spm);
   for (const auto& c : load_cases(rel)) {
-    const std::string expected = c.input.empty() ? "" : " " + c.input;
+    const std::string expected = c.input.empty() || !spm ? c.input : " " + c.input;
     EXPECT_EQ(tok->decode(tok->encode(c.input, false)), expected) << "input [" << c.input << "]";
     // BOS decodes to nothing unless special tokens are asked for.
     EXPECT_EQ(tok->decode(tok->encode(c.input, true)), expected);
@@ -106,6 +131,33 @@ TEST_P(VocabVectors, DecodeRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Spm, VocabVectors,
                          ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"));
+// Byte-level BPE, one pre-tokenizer each (tokenizer.ggml.pre): GPT-2's split (gpt-2,
+// mpt with its user-defined runs of spaces), digits first (starcoder, refact), DeepSeek's
+// staged splits (deepseek-llm, deepseek-coder), punctuation and groups of three digits
+// (falcon).
+INSTANTIATE_TEST_SUITE_P(Bpe, VocabVectors,
+                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-mpt.gguf", "ggml-vocab-starcoder.gguf",
+                                           "ggml-vocab-refact.gguf", "ggml-vocab-deepseek-llm.gguf",
+                                           "ggml-vocab-deepseek-coder.gguf", "ggml-vocab-falcon.gguf"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name = name.substr(11, name.size() - 16);  // ggml-vocab-NAME.gguf
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+// WordPiece (tokenizer.ggml.model bert): BERT's normalizer and split, "▁"-marked word starts.
+INSTANTIATE_TEST_SUITE_P(WordPiece, VocabVectors, ::testing::Values("ggml-vocab-bert-bge.gguf"));
+
+// Vocabularies without test vectors still load and split text: gpt-neox (byte-level BPE
+// without tokenizer.ggml.pre: GPT-2's split) and baichuan (SentencePiece).
+TEST(VocabFiles, WithoutVectorsStillLoadAndRoundTrip) {
+  const std::string text = "Hello world!  It's 2024: \xE4\xBD\xA0\xE5\xA5\xBD\n\tdone";
+  auto neox = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
+  EXPECT_EQ(neox->vocab().pre, "");
+  EXPECT_EQ(neox->decode(neox->encode(text, false)), text);
+  auto baichuan = gguf_tokenizer("vocab/ggml-vocab-baichuan.gguf");
+  EXPECT_EQ(baichuan->decode(baichuan->encode(text, false)), " " + text);
+}
 
 // tok512.model was trained with remove_extra_whitespaces=true (its default), which GGUF
 // conversion does not carry over, so these texts avoid leading/trailing/double spaces.

@@ -153,10 +153,10 @@ TEST(Vocab, MissingTokensOrModelThrows) {
 TEST(Tokenizer, UnsupportedModelNamesFileAndModel) {
   SyntheticVocab sv;
   auto w = sv.writer();
-  w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
-  auto f = write_and_open(w, "gpt2.gguf");
+  w.set("tokenizer.ggml.model", Value::of_string("rwkv"));
+  auto f = write_and_open(w, "rwkv.gguf");
   const std::string msg = error_of([&] { Tokenizer::from_gguf(*f); });
-  EXPECT_TRUE(contains(msg, "gpt2.gguf: tokenizer model 'gpt2' is not supported yet")) << msg;
+  EXPECT_TRUE(contains(msg, "rwkv.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, bert)")) << msg;
 }
 
 TEST(Tokenizer, UnknownCharactersWithoutBytePiecesBecomeUnk) {

@@ -89,6 +89,12 @@ class Model {
  public:
   // Opens, validates and maps the file; throws kiln::Error naming file and field.
   static std::unique_ptr<Model> load(const std::string& path, const LoadParams& params = {});
+  // A llama2.c checkpoint (legacy, version 1 or 2) with the tokenizer it was trained
+  // with: the same model as its GGUF conversion (version 2's int8 weights dequantized).
+  static std::unique_ptr<Model> load_llama2c(const std::string& path, std::unique_ptr<Tokenizer> tokenizer,
+                                             const LoadParams& params = {});
+  // True if `path` is a llama2.c checkpoint rather than a GGUF.
+  static bool is_llama2c(const std::string& path);
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }

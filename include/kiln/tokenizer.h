@@ -40,10 +40,19 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& file);
   // A SentencePiece tokenizer.model file (special ids and settings come from the file).
   static std::unique_ptr<Tokenizer> from_spm_file(const std::string& path);
+  // A Hugging Face tokenizer.json with a BPE model (byte-level or with byte fallback);
+  // tokenizer_config.json beside it, when present, names BOS/EOS and whether BOS is added.
+  // Components kiln cannot reproduce throw kiln::Error naming them.
+  static std::unique_ptr<Tokenizer> from_hf_json(const std::string& path);
+  // A llama2.c tokenizer.bin (scores and pieces; vocabulary of the model it came with).
+  static std::unique_ptr<Tokenizer> from_llama2c_file(const std::string& path);
+  // Any of the three file kinds, told apart by their content.
+  static std::unique_ptr<Tokenizer> from_file(const std::string& path);
 
   // add_bos: prepend BOS when the vocabulary asks for it (Vocab::add_bos).
   // parse_special: text like "<s>" or "<|im_start|>" becomes its control token instead of
   // being tokenized as characters (chat templates need it; user text must not get it).
+  // BPE vocabularies split user-defined (added, non-special) tokens out of all text.
   // Invalid UTF-8 throws kiln::Error. Characters outside the vocabulary become byte
   // tokens when the vocabulary has them, else the unknown token.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_bos,

@@ -83,8 +83,7 @@ int run(RunOptions& o) {
   const KvEvictionParams eviction = kv_eviction(o.gen, 1 << 30);  // flags checked against each other; budget below
   if (kv_layout(o.model.kv_layout) == KvLayout::paged && eviction.policy != KvEviction::none)
     throw UsageError("--kv-evict and --context-shift need --kv-layout contiguous");
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
-  if (!o.tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_spm_file(o.tokenizer_file));
+  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack, o.tokenizer_file);
   const Tokenizer& tok = model->tokenizer();
   if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
     throw UsageError("--system and --chat-template apply with --chat (-cnv)");
@@ -140,7 +139,7 @@ void register_run(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", o->model.model, "Model file (GGUF)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->each([o](const std::string&) { o->prompt_given = true; });
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' for stdin)");
-  cmd->add_option("--tokenizer", o->tokenizer_file, "Use this SentencePiece tokenizer.model instead of the GGUF's");
+  cmd->add_option("--tokenizer", o->tokenizer_file, "Use this tokenizer instead of the GGUF's (tokenizer.json, SentencePiece .model or llama2.c tokenizer.bin); required for a llama2.c checkpoint");
   cmd->add_flag("--chat,--conversation", o->chat,
                 "Treat the prompt as a user message in the model's chat template (also -cnv)");
   cmd->add_option("--system", o->system, "System prompt (with --chat)");

@@ -1,4 +1,5 @@
-// kiln tokenize MODEL TEXT: works on any GGUF with a vocabulary, weights or not.
+// kiln tokenize MODEL TEXT: works on any GGUF with a vocabulary, weights or not, or on a
+// tokenizer file alone (kiln tokenize --tokenizer tokenizer.json TEXT).
 #include <cstdio>
 
 #include "cli/common.h"
@@ -13,6 +14,7 @@ struct TokenizeOptions {
   std::string model;
   std::string text;
   std::string file;
+  std::string tokenizer_file;
   bool ids_only = false;
   bool no_bos = false;
   bool special = false;
@@ -32,11 +34,19 @@ std::string escape(const std::string& s) {
 
 int tokenize(TokenizeOptions& o) {
   setup_logging(o.log);
+  // With --tokenizer the model is optional: a lone argument is the text.
+  if (!o.tokenizer_file.empty() && o.text.empty() && o.file.empty()) std::swap(o.model, o.text);
+  if (o.model.empty() && o.tokenizer_file.empty()) throw UsageError("give a model (or --tokenizer FILE)");
   if (!o.file.empty() && !o.text.empty()) throw UsageError("give the text either as an argument or with -f, not both");
   std::string text = o.file.empty() ? o.text : read_text_file(o.file);
   if (text == "-") text = read_text_file("-");
-  auto file = gguf::File::open(resolve_model_path(o.model));
-  auto tok = Tokenizer::from_gguf(*file);
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.tokenizer_file.empty()) {
+    tok = Tokenizer::from_file(o.tokenizer_file);
+  } else {
+    auto file = gguf::File::open(resolve_model_path(o.model));
+    tok = Tokenizer::from_gguf(*file);
+  }
   const auto ids = tok->encode(text, !o.no_bos && tok->vocab().add_bos, o.special);
   if (o.ids_only) {
     std::string line = "[";
@@ -53,12 +63,15 @@ int tokenize(TokenizeOptions& o) {
 void register_tokenize(CLI::App& app, Action& action) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Show the tokens of a text (works on vocabulary-only GGUFs)");
-  cmd->add_option("model", o->model, "Model or vocabulary file (GGUF)")->required();
+  cmd->add_option("model", o->model, "Model or vocabulary file (GGUF); optional with --tokenizer");
   cmd->add_option("text", o->text, "Text to tokenize ('-' reads stdin)");
   cmd->add_option("-f,--file", o->file, "Read the text from a file");
   cmd->add_flag("--ids", o->ids_only, "Print only the ids, as one JSON array");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the BOS token");
-  cmd->add_flag("--special", o->special, "Parse special-token text like <s> into control tokens");
+  cmd->add_flag("--parse-special,--special", o->special,
+                "Parse special-token text like <s> or <|im_start|> into control tokens (otherwise literal text)");
+  cmd->add_option("--tokenizer", o->tokenizer_file,
+                  "Tokenize with this file instead of a GGUF: tokenizer.json, SentencePiece .model or llama2.c tokenizer.bin");
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return tokenize(*o); }; });
 }

@@ -231,11 +231,17 @@ std::string resolve_model_path(const std::string& given) {
   throw UsageError("no model given and the default " + rel + " is missing (run ./scripts/setup)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
+std::unique_ptr<Model> load_model(const std::string& path, bool repack, const std::string& tokenizer_file) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadParams params;
   params.repack = repack;
-  auto model = Model::load(path, params);
+  std::unique_ptr<Model> model;
+  if (!tokenizer_file.empty() && Model::is_llama2c(path)) {
+    model = Model::load_llama2c(path, Tokenizer::from_file(tokenizer_file), params);
+  } else {
+    model = Model::load(path, params);
+    if (!tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_file(tokenizer_file));
+  }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const ModelConfig& c = model->config();
   const std::string weights = model->packed_bytes() > 0

@@ -104,7 +104,9 @@ std::string resolve_model_path(const std::string& given);
 // True if `arg` looks like a model file rather than a prompt.
 bool looks_like_model(const std::string& arg);
 
-std::unique_ptr<Model> load_model(const std::string& path, bool repack = true);
+// `tokenizer_file` (--tokenizer), when given, replaces the GGUF's tokenizer; a llama2.c
+// checkpoint, which has none, needs it.
+std::unique_ptr<Model> load_model(const std::string& path, bool repack = true, const std::string& tokenizer_file = "");
 // Also logs the RoPE scaling in effect when there is some.
 SessionParams session_params(const ModelOptions& opts, const Model& model);
 // Throws UsageError naming the flag for a value that cannot work.

@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "model/architecture.h"
+#include "model/llama2c_checkpoint.h"
 #include "runtime/hash64.h"
 
 namespace kiln {
@@ -85,6 +86,10 @@ WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n) {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& params) {
+  Llama2cHeader l2c;
+  if (read_llama2c_header(path, l2c)) {
+    throw Error(path + ": a llama2.c checkpoint carries no vocabulary; give its tokenizer with --tokenizer FILE");
+  }
   auto model = std::make_unique<Model>();
   model->file_ = gguf::File::open(path);
   const gguf::File& f = *model->file_;

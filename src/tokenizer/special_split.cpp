@@ -4,13 +4,17 @@
 
 namespace kiln {
 
-SpecialSplitter::SpecialSplitter(const Vocab& vocab) {
+SpecialSplitter::SpecialSplitter(const Vocab& vocab, SpecialKinds kinds) {
+  const bool control = kinds != SpecialKinds::user_defined;
+  const bool user = kinds != SpecialKinds::control;
   std::vector<bool> special(vocab.size(), false);
   if (!vocab.types.empty()) {
     for (size_t i = 0; i < vocab.size(); ++i) {
-      special[i] = vocab.types[i] == TokenType::control || vocab.types[i] == TokenType::unknown;
+      const TokenType t = vocab.types[i];
+      special[i] = (control && (t == TokenType::control || t == TokenType::unknown)) ||
+                   (user && t == TokenType::user_defined);
     }
-  } else {
+  } else if (control) {
     // Without token types the only known special tokens are the ones the header names.
     for (int32_t id : {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id, vocab.eot_id, vocab.eom_id}) {
       if (id >= 0 && (size_t)id < vocab.size()) special[(size_t)id] = true;

@@ -1,6 +1,6 @@
 #pragma once
-// Splits text on the literal strings of special tokens (control and unknown-type tokens)
-// so that "<|user|>" in a chat template becomes one token instead of characters.
+// Splits text on the literal strings of special tokens so that "<|user|>" in a chat
+// template becomes one token instead of characters.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -17,9 +17,14 @@ struct TextSegment {
   int32_t token = -1;     // a special token matched verbatim
 };
 
+// Which tokens a splitter looks for. Control (and unknown-type) tokens only when the
+// caller asks for special parsing; user-defined tokens (added to a vocabulary as plain
+// text, e.g. MPT's runs of spaces) are matched in all text, as Hugging Face does.
+enum class SpecialKinds { control, user_defined, control_and_user_defined };
+
 class SpecialSplitter {
  public:
-  explicit SpecialSplitter(const Vocab& vocab);
+  explicit SpecialSplitter(const Vocab& vocab, SpecialKinds kinds = SpecialKinds::control);
   // Alternating raw-text and special-token segments, in order; raw segments are never
   // empty. At each position the longest special string wins.
   std::vector<TextSegment> split(std::string_view text) const;

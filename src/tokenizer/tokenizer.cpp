@@ -4,14 +4,19 @@
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "tokenizer/wordpiece_tokenizer.h"
 
 namespace kiln {
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   Vocab vocab = Vocab::from_gguf(file);
   if (vocab.model == "llama") return SpmTokenizer::from_vocab(std::move(vocab), file.path());
-  throw Error(file.path() + ": tokenizer model '" + vocab.model + "' is not supported yet");
+  if (vocab.model == "gpt2") return BpeTokenizer::from_gguf_vocab(std::move(vocab), file.path());
+  if (vocab.model == "bert") return WordPieceTokenizer::from_vocab(std::move(vocab), file.path());
+  throw Error(file.path() + ": tokenizer.ggml.model '" + vocab.model +
+              "' is not supported (supported: llama, gpt2, bert)");
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_spm_file(const std::string& path) {

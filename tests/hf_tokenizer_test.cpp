@@ -1,0 +1,233 @@
+// Hugging Face tokenizer.json files (../shared/tokenizers) through kiln's BPE, against
+// the ids the transformers.js tokenizer (@huggingface/tokenizers 0.2.0) gives for the
+// strings in tests/data/hf_tokenizer/strings.json (made once by make_reference.mjs there).
+// Also the llama2.c tokenizer.bin loader and the CLI's --tokenizer / --parse-special.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/gguf.h"
+#include "kiln/tokenizer.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+std::string data_path(const std::string& name) {
+  return std::string(KILN_SOURCE_DIR) + "/tests/data/hf_tokenizer/" + name;
+}
+std::string tokenizer_json(const std::string& family) {
+  return test::shared_path("tokenizers/" + family + "-hf/tokenizer.json");
+}
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+struct Reference {
+  std::vector<std::string> strings;
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> decoded;  // transformers.js decode of those ids
+};
+
+Reference load_reference(const std::string& family) {
+  Reference r;
+  r.strings = json::parse(test::read_file(data_path("strings.json"))).get<std::vector<std::string>>();
+  for (const json& e : json::parse(test::read_file(data_path(family + ".json")))) {
+    r.ids.push_back(e.at("ids").get<std::vector<int32_t>>());
+    r.decoded.push_back(e.at("decoded").get<std::string>());
+  }
+  return r;
+}
+
+class HfReference : public ::testing::TestWithParam<const char*> {};
+
+// One test per file: each loads a large tokenizer.json, and ctest runs tests apart.
+TEST_P(HfReference, EncodesLikeTransformersJsAndDecodesBack) {
+  const std::string family = GetParam();
+  const Reference ref = load_reference(family);
+  ASSERT_EQ(ref.strings.size(), 35u);
+  ASSERT_EQ(ref.ids.size(), ref.strings.size());
+  auto tok = Tokenizer::from_file(tokenizer_json(family));
+  size_t passed = 0;
+  for (size_t i = 0; i < ref.strings.size(); ++i) {
+    // transformers.js splits special tokens out of text by default: --parse-special.
+    const auto got = tok->encode(ref.strings[i], /*add_bos=*/false, /*parse_special=*/true);
+    if (got == ref.ids[i]) ++passed;
+    else ADD_FAILURE() << family << " [" << ref.strings[i] << "]\n  expected " << ids_text(ref.ids[i]) << "\n  got      " << ids_text(got);
+    // Llama 3 and Gemma 3 are lossless. Qwen3 normalizes to NFC first, so it gives back
+    // what transformers.js gives back (Llama 3's decode there also removes spaces
+    // before punctuation, a clean-up kiln does not do).
+    const std::string expected = family == "qwen3" ? ref.decoded[i] : ref.strings[i];
+    EXPECT_EQ(tok->decode(got, /*special=*/true), expected) << family << " [" << ref.strings[i] << "]";
+  }
+  std::printf("%s: %zu/%zu strings reproduced\n", family.c_str(), passed, ref.strings.size());
+
+  // Without parse_special a special token's text is tokenized as characters (and comes
+  // back as that text); added tokens that are not special still count as tokens.
+  const std::string text = "<|im_start|><start_of_turn><|begin_of_text|>";
+  const auto plain = tok->encode(text, false, /*parse_special=*/false);
+  for (int32_t id : plain) EXPECT_NE(tok->vocab().types[(size_t)id], TokenType::control) << family;
+  EXPECT_EQ(tok->decode(plain), text);
+  EXPECT_LT(tok->encode(text, false, true).size(), plain.size());
+
+  // The same vocabulary as a GGUF with the family's tokenizer.ggml.pre (what a converter
+  // writes for Llama 3 and Qwen models) encodes the same, except where Qwen's NFC
+  // normalization (which GGUF files do not ask for) changes the text.
+  if (family != "gemma3") {
+    using gguf::Value;
+    const Vocab& v = tok->vocab();
+    gguf::Writer w;
+    w.set("general.architecture", Value::of_string("llama"));
+    w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
+    w.set("tokenizer.ggml.pre", Value::of_string(family == "llama3" ? "llama-bpe" : "qwen2"));
+    std::vector<Value> tokens, types, merges;
+    for (const auto& t : v.tokens) tokens.push_back(Value::of_string(t));
+    for (TokenType t : v.types) types.push_back(Value::of_i32((int32_t)t));
+    for (const auto& m : v.merges) merges.push_back(Value::of_string(m));
+    w.set("tokenizer.ggml.tokens", Value::of_array(gguf::ValueType::STRING, std::move(tokens)));
+    w.set("tokenizer.ggml.token_type", Value::of_array(gguf::ValueType::INT32, std::move(types)));
+    w.set("tokenizer.ggml.merges", Value::of_array(gguf::ValueType::STRING, std::move(merges)));
+    const std::string path = test::temp_dir() + "/" + family + ".gguf";
+    w.write(path);
+    auto file = gguf::File::open(path);
+    auto from_gguf = Tokenizer::from_gguf(*file);
+    for (size_t i = 0; i < ref.strings.size(); ++i) {
+      if (family == "qwen3" && ref.decoded[i] != ref.strings[i]) continue;
+      EXPECT_EQ(from_gguf->encode(ref.strings[i], false, true), ref.ids[i]) << family << " GGUF [" << ref.strings[i] << "]";
+    }
+  }
+
+  if (family == "qwen3") {
+    // tokenizer_config.json names EOS and says no BOS is added.
+    EXPECT_EQ(tok->vocab().tokens[(size_t)tok->eos()], "<|im_end|>");
+    EXPECT_EQ(tok->bos(), -1);
+    EXPECT_TRUE(tok->is_eog(tok->eos()));
+    const int32_t think = 151667;  // "<think>": an added token that is not special
+    ASSERT_EQ(tok->vocab().tokens[think], "<think>");
+    EXPECT_EQ(tok->vocab().types[think], TokenType::user_defined);
+    EXPECT_EQ(tok->encode("a<think>b", false, false), tok->encode("a<think>b", false, true));
+    EXPECT_EQ(tok->encode("<think>", false, false), std::vector<int32_t>{think});
+  }
+  if (family == "gemma3") {
+    EXPECT_EQ(tok->vocab().tokens[(size_t)tok->bos()], "<bos>");
+    ASSERT_TRUE(tok->vocab().add_bos);
+    const auto ids = tok->encode("Hello", true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], tok->bos());
+    // U+10FFFD (private use, plane 16) is not in the vocabulary: its four UTF-8 bytes
+    // come out as <0xXX> tokens and decode back.
+    const std::string pua = "\xF4\x8F\xBF\xBD";
+    const auto b = tok->encode(pua, false);
+    ASSERT_EQ(b.size(), 4u);
+    for (int32_t id : b) EXPECT_EQ(tok->vocab().types[(size_t)id], TokenType::byte);
+    EXPECT_EQ(tok->decode(b), pua);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, HfReference, ::testing::Values("llama3", "qwen3", "gemma3"));
+
+TEST(HfTokenizer, RefusesWhatItCannotReproduce) {
+  const std::string dir = test::temp_dir();
+  auto error_for = [&](const std::string& content) {
+    const std::string path = dir + "/tokenizer.json";
+    test::write_file(path, content);
+    try {
+      Tokenizer::from_hf_json(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string vocab = R"("vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"])";
+  EXPECT_NE(error_for(R"({"model": {"type": "Unigram", "vocab": []}})").find("model type 'Unigram' is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", )" + vocab + R"(}, "pre_tokenizer": {"type": "Metaspace"}})")
+                .find("pre-tokenizer {\"type\":\"Metaspace\"} is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", )" + vocab + R"(}, "normalizer": {"type": "Strip"}})")
+                .find("normalizer {\"type\":\"Strip\"} is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_for("{not json").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}}})").find("model.vocab maps tokens to ids"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"id": "one", "content": "b"}]})")
+                .find("unexpected tokenizer.json content"),
+            std::string::npos);
+  // A minimal valid file: merges apply, in rank order.
+  const std::string path = dir + "/tokenizer.json";
+  test::write_file(path, R"({"model": {"type": "BPE", )" + vocab + "}}");
+  EXPECT_EQ(Tokenizer::from_hf_json(path)->encode("abba", false), (std::vector<int32_t>{2, 1, 0}));
+}
+
+// llama2.c's tokenizer.bin holds the same vocabulary as stories260K.gguf.
+TEST(Llama2cTokenizer, MatchesTheGgufVocabulary) {
+  auto bin = Tokenizer::from_file(test::shared_path("models/tok512.bin"));
+  auto file = gguf::File::open(test::shared_path("models/stories260K.gguf"));
+  auto gguf_tok = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(bin->vocab().tokens, gguf_tok->vocab().tokens);
+  EXPECT_EQ(bin->vocab().scores, gguf_tok->vocab().scores);
+  EXPECT_EQ(bin->vocab().types, gguf_tok->vocab().types);
+  EXPECT_EQ(bin->bos(), 1);
+  EXPECT_EQ(bin->eos(), 2);
+  for (const char* text : {"Once upon a time, there was a little girl named Lily.", "caf\xC3\xA9 \xF0\x9F\xA6\x99\n", ""}) {
+    EXPECT_EQ(bin->encode(text, true), gguf_tok->encode(text, true)) << text;
+  }
+}
+
+// The CLI: --tokenizer without a model, --parse-special, and unknown tokenizer names.
+// A small tokenizer.json keeps this fast; the real files are checked above.
+TEST(TokenizeCli, TokenizerFileAndParseSpecial) {
+  const std::string path = test::temp_dir() + "/tokenizer.json";
+  test::write_file(path, R"({"model": {"type": "BPE", "vocab": {"<": 0, "s": 1, ">": 2, "a": 3, "b": 4, "ab": 5},
+                                       "merges": ["a b"]},
+                             "added_tokens": [{"id": 6, "content": "<s>", "special": true}]})");
+  const std::string cmd =
+      test::shell_quote(test::kiln_binary()) + " tokenize --tokenizer " + test::shell_quote(path) + " '<s>ab' --ids";
+  auto special = test::run_command(cmd + " --parse-special");
+  ASSERT_EQ(special.exit_code, 0) << special.err;
+  EXPECT_EQ(test::trim(special.out), "[6, 5]");
+  auto literal = test::run_command(cmd);
+  ASSERT_EQ(literal.exit_code, 0) << literal.err;
+  EXPECT_EQ(test::trim(literal.out), "[0, 1, 2, 5]");
+  auto missing = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize --tokenizer /nonexistent.json hi");
+  test::expect_one_line_error(missing, 1, "/nonexistent.json: cannot open tokenizer file");
+}
+
+gguf::Writer bpe_vocab(const std::string& model, const std::string& pre) {
+  using gguf::Value;
+  gguf::Writer w;
+  w.set("general.architecture", Value::of_string("gpt2"));
+  w.set("tokenizer.ggml.model", Value::of_string(model));
+  w.set("tokenizer.ggml.pre", Value::of_string(pre));
+  std::vector<Value> tokens;
+  for (const char* t : {"a", "b", "ab"}) tokens.push_back(Value::of_string(t));
+  w.set("tokenizer.ggml.tokens", Value::of_array(gguf::ValueType::STRING, tokens));
+  w.set("tokenizer.ggml.merges", Value::of_array(gguf::ValueType::STRING, {Value::of_string("a b")}));
+  return w;
+}
+
+TEST(TokenizeCli, UnknownPreOrModelIsOneLineNamingTheSupportedOnes) {
+  const std::string dir = test::temp_dir();
+  bpe_vocab("gpt2", "nonesuch").write(dir + "/pre.gguf");
+  auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/pre.gguf hi");
+  test::expect_one_line_error(r, 1, "tokenizer.ggml.pre 'nonesuch' is not supported (supported: gpt-2, ");
+  EXPECT_NE(r.err.find("llama-bpe"), std::string::npos) << r.err;
+  bpe_vocab("rwkv", "default").write(dir + "/model.gguf");
+  r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/model.gguf hi");
+  test::expect_one_line_error(r, 1, "tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, bert)");
+  // The same vocabulary with a known pre-tokenizer works.
+  bpe_vocab("gpt2", "gpt-2").write(dir + "/ok.gguf");
+  r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/ok.gguf abba --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test::trim(r.out), "[2, 1, 0]");
+}
+
+}  // namespace
+}  // namespace kiln
