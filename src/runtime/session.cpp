@@ -3,7 +3,9 @@
 // RMSNorm -> SwiGLU FFN -> residual) -> final RMSNorm -> logits.
 // A call processes a batch of tokens at once (prefill is matrix x matrix).
 // Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
-// optional biases, Q/K/V clamping and Q/K norms, ALiBi instead of RoPE, GELU MLP.
+// optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
+// RoPE, GELU MLP or GeGLU, scaled embeddings, soft-capped scores and logits, post-norms,
+// a second RoPE table for sliding-window layers.
 #include "kiln/session.h"
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "runtime/kv_evict.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
+#include "runtime/soft_cap.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -119,6 +122,11 @@ struct Session::Impl {
 
   uint64_t positions_id = 0;  // KvStateDesc::positions
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
+  // The model's sliding-window layers' own table when they rotate with another base
+  // (ModelConfig::rope_theta_swa), else empty. It ignores the session's RoPE overrides:
+  // those stretch the global layers' context, the local ones never see past their window.
+  std::vector<float> rope_cos_sin_swa;  // [n_ctx][n_rot/2][2]
+  float attn_scale;                 // of q . k
   std::vector<float> alibi_slope;   // [n_heads] with Positions::alibi, else empty
   // Activations for one batch of B <= n_batch tokens, row-major by token.
   std::vector<float> x;       // [B][dim]    residual stream
@@ -140,7 +148,7 @@ struct Session::Impl {
   // with track_attention, the attention each cached position has received (H2O), a
   // per-head sum for the current layer and the score pass's scratch.
   std::vector<int32_t> kept;
-  std::vector<float> back_rot;
+  std::vector<float> back_rot, back_rot_swa;  // for layers of rope_table and of rope_cos_sin_swa
   std::vector<float> att_score, head_score, score_scratch;
 
   Impl(const Model& m, const SessionParams& p)
@@ -152,6 +160,7 @@ struct Session::Impl {
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv_cache(kv_shape_),
         flash(use_flash(m.config(), p)),
+        attn_scale(m.config().attn_scale > 0 ? m.config().attn_scale : 1.0f / std::sqrt(float(m.config().head_dim))),
         alibi_slope(alibi_slopes(m.config())) {
     const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
     x.resize(B * c.dim);
@@ -182,7 +191,14 @@ struct Session::Impl {
     const RopeConfig rope_config = resolve_rope(c, p.rope);
     positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
+    if (c.rope_theta_swa > 0) {
+      RopeConfig local;
+      local.n_rot = c.n_rot;
+      local.freq_base = c.rope_theta_swa;
+      rope_cos_sin_swa = rope_cos_sin_table(local, n_ctx);
+    }
     back_rot.resize(size_t(c.n_rot / 2) * 2);
+    back_rot_swa.resize(back_rot.size());
     kept.reserve(size_t(n_ctx));
   }
 
@@ -261,6 +277,12 @@ struct Session::Impl {
     pool.parallel_for(B, 1, [&](size_t b0, size_t b1) { ops.prepare(type, in, k, k, b0, b1, dst); });
   }
 
+  // The cos/sin table layer l rotates with.
+  const std::vector<float>& rope_table(size_t l) const {
+    const bool local = !rope_cos_sin_swa.empty() && l < c.swa_window.size() && c.swa_window[l] > 0;
+    return local ? rope_cos_sin_swa : rope_cos_sin;
+  }
+
   void embed(int32_t token, float* out) {
     const uint8_t* row = static_cast<const uint8_t*>(model.token_embd.data) + size_t(token) * model.token_embd.row_bytes;
     switch (model.token_embd.type) {
@@ -269,6 +291,7 @@ struct Session::Impl {
       case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
       default: kernels::ref::dequantize_row(model.token_embd.type, row, out, c.dim); break;
     }
+    if (c.embed_scale != 1.0f) ops.scale(out, c.embed_scale, c.dim);
   }
 
   // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l,
@@ -320,7 +343,7 @@ struct Session::Impl {
   void attention_direct(size_t l, int32_t pos0, size_t B) {
     const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd;
     const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
-    const float scale = 1.0f / std::sqrt((float)hd);
+    const float scale = attn_scale, cap = c.attn_softcap;
     const uint32_t W = window[l];
     const auto tmp_of = [&](int tid) { return ring_out.empty() ? nullptr : &ring_out[size_t(tid) * kQueryBlock * hd]; };
     const auto heads = [&](int tid, int nth) {
@@ -337,6 +360,7 @@ struct Session::Impl {
             float* row = S + b * n_keys;
             std::fill(row, row + first, 0.0f);
             ops.scale(row + first, scale, visible);
+            if (cap > 0) soft_cap(row + first, visible, cap);
             if (!alibi_slope.empty()) add_alibi(row + first, visible, alibi_slope[h]);
             ops.softmax(row + first, visible);
             std::fill(row + first + visible, row + n_keys, 0.0f);
@@ -362,6 +386,7 @@ struct Session::Impl {
           scores_qk(l, kvh, &q[h0 * hd], hd, nh, S, lo, n_keys);
           for (size_t i = 0; i < nh; ++i) {
             ops.scale(S + i * n_keys, scale, n_keys);
+            if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
             if (!alibi_slope.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope[h0 + i]);
             ops.softmax(S + i * n_keys, n_keys);
           }
@@ -387,7 +412,7 @@ struct Session::Impl {
   // that max. Each key and value block is read once per task, whatever its type.
   void attention_tiled(size_t l, int32_t pos0, size_t B) {
     const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, group = c.n_heads / c.n_kv_heads;
-    const float scale = 1.0f / std::sqrt((float)hd);
+    const float scale = attn_scale, cap = c.attn_softcap;
     const bool k_by_head = KvCache::is_one_value(kv_shape_.k_type) || hd % 32 == 0;
     const uint32_t W = window[l];
     // Tasks: (KV head, part of its query heads, block of queries), at least one per thread.
@@ -443,6 +468,7 @@ struct Session::Impl {
             if (visible > 0) {
               float* vis = s_row + a;
               ops.scale(vis, scale, visible);
+              if (cap > 0) soft_cap(vis, visible, cap);
               if (!alibi_slope.empty())
                 add_alibi(vis, visible, alibi_slope[kvh * group + g0 + i / nb], int64_t(j0 + a) - int64_t(p));
               float block_max = vis[0];
@@ -520,13 +546,15 @@ struct Session::Impl {
         };
         clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
       }
-      if (L.q_norm) {  // qk_ln: a norm over each token's whole Q row and whole K row
-        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), q_dim, B);
-        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kv_dim, B);
+      if (L.q_norm) {  // over each token's whole Q and K rows (qk_ln), or over each head
+        const size_t qn = L.q_norm.cols, kn = L.k_norm.cols;
+        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), qn, B * q_dim / qn);
+        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
       }
+      const std::vector<float>& rope = rope_table(l);
       for (size_t b = 0; b < B; ++b) {
         if (c.positions == Positions::rope) {
-          const float* cs = &rope_cos_sin[size_t(pos0 + b) * (c.n_rot / 2) * 2];
+          const float* cs = &rope[size_t(pos0 + b) * (c.n_rot / 2) * 2];
           ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
           ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
         }
@@ -535,17 +563,23 @@ struct Session::Impl {
       attention(l, pos0, B);
       if (track)
         accumulate_attention_scores({kv_cache, l, q.data(), c.n_heads, c.n_kv_heads, hd, size_t(pos0), B,
-                                     alibi_slope.empty() ? nullptr : alibi_slope.data(), score_scratch.data(),
+                                     alibi_slope.empty() ? nullptr : alibi_slope.data(), attn_scale, c.attn_softcap,
+                                     score_scratch.data(),
                                      head_score.data(), att_score.data()},
                                     ops, pool);
       matmul(L.wo, att.data(), xb.data(), B);
       add_bias(xb.data(), L.bo, dim, B);
+      if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
 
       norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
       if (c.ffn == Ffn::swiglu) {
         matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
         for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        ops.gelu(hb.data(), hb.data(), B * ffn);
+        for (size_t i = 0; i < B * ffn; ++i) hb[i] *= hb2[i];
       } else {
         matmul(L.w_up, xb.data(), hb.data(), B);
         add_bias(hb.data(), L.b_up, ffn, B);
@@ -553,6 +587,7 @@ struct Session::Impl {
       }
       matmul(L.w_down, hb.data(), xb.data(), B);
       add_bias(xb.data(), L.b_down, dim, B);
+      if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
     }
 
@@ -562,6 +597,7 @@ struct Session::Impl {
     const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
     norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
     matmul(model.output, xb.data(), logits_out, n_out);
+    if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
   }
 };
 
@@ -677,9 +713,11 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   // its magnitude in) and mirrored, turns each kept key back that far.
   const size_t half = s.c.n_rot / 2;
   turn_back(&s.rope_cos_sin[size_t(n_discard) * half * 2], half, s.back_rot.data());
+  if (!s.rope_cos_sin_swa.empty()) turn_back(&s.rope_cos_sin_swa[size_t(n_discard) * half * 2], half, s.back_rot_swa.data());
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
-  s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
-    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
+  s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](size_t l, float* k_row) {
+    const float* back = &s.rope_table(l) == &s.rope_cos_sin ? s.back_rot.data() : s.back_rot_swa.data();
+    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back, s.c.rope_neox);
   });
   if (!s.att_score.empty())
     std::copy(s.att_score.begin() + n_keep + n_discard, s.att_score.begin() + s.n_past, s.att_score.begin() + n_keep);
@@ -701,10 +739,15 @@ void Session::evict(std::span<const int32_t> positions) {
   if (positions.empty()) return;
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
   const size_t half = s.c.n_rot / 2;
-  size_t turned_for = 0;  // the distance back_rot undoes; rows moving the same distance share it
-  s.kv_cache.compact(s.kept.data(), s.kept.size(), [&](float* k_row, size_t delta) {
+  // The distance back_rot undoes and the table it came from; rows moving the same distance
+  // in layers of the same table share it.
+  size_t turned_for = 0;
+  const std::vector<float>* turned_table = nullptr;
+  s.kv_cache.compact(s.kept.data(), s.kept.size(), [&](size_t l, float* k_row, size_t delta) {
     if (!rope) return;
-    if (delta != turned_for) turn_back(&s.rope_cos_sin[delta * half * 2], half, s.back_rot.data()), turned_for = delta;
+    const std::vector<float>& table = s.rope_table(l);
+    if (delta != turned_for || &table != turned_table)
+      turn_back(&table[delta * half * 2], half, s.back_rot.data()), turned_for = delta, turned_table = &table;
     s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
   });
   if (!s.att_score.empty())
