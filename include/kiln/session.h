@@ -35,6 +35,23 @@ struct KvStateDesc {
 // quantized values; automatic turns it on exactly then.
 enum class FlashAttention { automatic, on, off };
 
+// How the KV cache is stored. contiguous: one preallocated run of n_ctx positions per
+// layer, for one sequence. paged: blocks of kv_block positions taken on demand through a
+// block table per sequence, so several sequences can share a prefix (copy-on-write when
+// one writes into a shared block); same results as contiguous, bit for bit. Paged
+// supports neither sliding-window layers, context shifts, eviction, attention tracking
+// nor saving the cache (kiln::Error naming the feature).
+enum class KvLayout { contiguous, paged };
+
+// Paged KV memory, in blocks (each holds kv_block positions of every layer) and bytes.
+// The contiguous cache reports its whole allocation as used and no blocks.
+struct KvMemory {
+  int64_t blocks_used = 0;      // referenced by some sequence, each counted once
+  int64_t blocks_unshared = 0;  // what the same sequences would hold without sharing
+  double bytes_used = 0, bytes_unshared = 0;
+  double bytes_allocated = 0;   // the pool, free blocks included
+};
+
 struct SessionParams {
   int32_t n_ctx = 0;      // 0: the model's context_length capped at 4096
   int32_t n_batch = 512;  // tokens per prefill step (matrix x matrix)
@@ -54,6 +71,8 @@ struct SessionParams {
   // window + n_batch - 1 slots (llama.cpp's --swa-full): for comparison, and for
   // truncations and context shifts further back than a ring holds.
   bool swa_full = false;
+  KvLayout kv_layout = KvLayout::contiguous;
+  int32_t kv_block = 16;  // positions per block of the paged layout
 };
 
 class Session {
@@ -73,7 +92,7 @@ class Session {
   int32_t n_ctx() const;
   int32_t n_threads() const;
   bool flash_attn() const;       // the attention in use
-  double kv_cache_bytes() const;  // allocated for the whole context
+  double kv_cache_bytes() const;  // allocated for the whole context (paged: the pool as it is now)
   double kv_cache_layer_bytes(int32_t layer) const;  // one layer's share: less for a ring
   uint32_t layer_window(int32_t layer) const;  // sliding window in use (0: global)
   // Forgets positions >= n (the next decode continues from n). A sliding-window layer kept
@@ -102,6 +121,22 @@ class Session {
   // n_past() scores (empty when not tracking).
   std::span<const float> attention_scores() const;
   void reset() { truncate(0); }
+
+  // Parallel sequences (paged layout only, else kiln::Error). Sequence 0 always exists:
+  // it is the one decode(), truncate() and n_past() work on. A fork holds the same
+  // positions as `from` in the same blocks, shared until a sequence writes into one.
+  KvLayout kv_layout() const;
+  int32_t fork_sequence(int32_t from = 0);
+  // Its blocks lose a reference (freed when no other sequence holds them); the id may be
+  // reused by a later fork. Sequence 0 is only emptied.
+  void free_sequence(int32_t seq);
+  int32_t n_past(int32_t seq) const;
+  // One new token for each listed sequence (distinct), run as one batch: the weights are
+  // read once for all of them, and each token attends to its own sequence. Returns the
+  // logits, row i for seqs[i] (n_vocab floats each). Throws kiln::Error, nothing
+  // appended, for a full sequence, an unknown one or a token outside the vocabulary.
+  std::span<const float> decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens);
+  KvMemory kv_memory() const;
 
   const Model& model() const;
 

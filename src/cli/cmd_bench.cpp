@@ -42,6 +42,9 @@ struct BenchOptions {
   bool no_repack = false;
   std::vector<std::string> type_k{"f16"}, type_v{"f16"}, flash{"auto"};
   std::vector<int32_t> depth{0};
+  std::vector<int32_t> n_parallel;  // -np: tg rows decode this many sequences after a shared prefix
+  std::string kv_layout = "contiguous";
+  int32_t kv_block = 16;
 };
 
 struct TestResult {
@@ -49,6 +52,11 @@ struct TestResult {
   bool kv_cache = true;
   std::string type_k = "f16", type_v = "f16", flash = "auto";
   int32_t depth = 0;  // tokens already in the cache when the test starts (llama-bench -d)
+  // -np: sequences decoding together (0: a plain row), after a shared untimed prefix of
+  // `prefix` tokens; the KV memory they held at the end, shared and as unshared copies.
+  int32_t n_parallel = 0, prefix = 0;
+  bool paged = false;
+  double kv_bytes = 0, kv_bytes_unshared = 0;
   std::vector<double> samples_ns;
   std::vector<double> roofline_gbs;  // --roofline: measured just before each repetition (tg)
   std::string test_time;
@@ -59,7 +67,7 @@ struct TestResult {
   }
   std::vector<double> samples_ts() const {
     std::vector<double> ts;
-    for (double ns : samples_ns) ts.push_back((n_prompt + n_gen) * 1e9 / ns);
+    for (double ns : samples_ns) ts.push_back((n_prompt + double(n_gen) * std::max(n_parallel, 1)) * 1e9 / ns);
     return ts;
   }
   static double mean(const std::vector<double>& v) {
@@ -78,6 +86,7 @@ struct TestResult {
   std::string name() const {
     std::string n = n_gen == 0 ? "pp" + std::to_string(n_prompt) : n_prompt == 0 ? "tg" + std::to_string(n_gen)
                                                                               : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+    if (n_parallel > 0) n += " x" + std::to_string(n_parallel) + " (pp" + std::to_string(prefix) + " shared)";
     if (depth > 0) n += " @ d" + std::to_string(depth);
     return kv_cache ? n : n + " (no kv cache)";
   }
@@ -116,6 +125,30 @@ double run_once(Session& session, const Model& model, int32_t n_prompt, int32_t 
     seq.push_back(token);
   }
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// -np: `prefix` tokens (at least one) decoded once into sequence 0 (untimed), n_seq - 1
+// forks sharing them, then n_gen timed steps of one token per sequence as one batch.
+// r gets the KV memory of the last step.
+double run_parallel_once(Session& session, const Model& model, int32_t prefix, int32_t n_gen, int32_t n_seq,
+                         std::mt19937& rng, TestResult& r) {
+  session.reset();
+  session.decode(random_tokens(model, size_t(std::max(prefix, 1)), rng));
+  std::vector<int32_t> seqs{0};
+  for (int32_t i = 1; i < n_seq; ++i) seqs.push_back(session.fork_sequence(0));
+  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(n_seq));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int32_t i = 0; i < n_gen; ++i) {
+    for (int32_t& t : tokens) t = dist(rng);
+    if (session.kv_layout() == KvLayout::paged) session.decode_parallel(seqs, tokens);
+    else session.decode(tokens);  // one sequence
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  const KvMemory m = session.kv_memory();
+  r.kv_bytes = m.bytes_used, r.kv_bytes_unshared = m.bytes_unshared;
+  for (size_t i = 1; i < seqs.size(); ++i) session.free_sequence(seqs[i]);
+  return ns;
 }
 
 std::string now_iso() {
@@ -158,9 +191,9 @@ int bench(BenchOptions& o) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
-  // GB/s of weights streamed by a tg row; 0 for the others.
+  // GB/s of weights streamed by a tg row (once per step, for all its sequences); 0 for the others.
   const auto bandwidth = [&](const TestResult& r) {
-    return r.is_tg() ? double(model_bytes) * TestResult::mean(r.samples_ts()) / 1e9 : 0.0;
+    return r.is_tg() ? double(model_bytes) * TestResult::mean(r.samples_ts()) / std::max(r.n_parallel, 1) / 1e9 : 0.0;
   };
   // A tg row's own measurements; other rows get their thread count's median.
   const auto roofline_of = [&](const TestResult& r) {
@@ -179,7 +212,12 @@ int bench(BenchOptions& o) {
             for (int32_t p : o.n_prompt)
               if (p > 0) tests.push_back(base), tests.back().n_prompt = p;
             for (int32_t g : o.n_gen)
-              if (g > 0) {
+              if (g > 0 && !o.n_parallel.empty()) {
+                for (int32_t np : o.n_parallel) {
+                  tests.push_back(base), tests.back().n_gen = g, tests.back().n_parallel = np;
+                  tests.back().prefix = o.n_prompt.empty() ? 0 : o.n_prompt[0];
+                }
+              } else if (g > 0) {
                 tests.push_back(base), tests.back().n_gen = g;
                 if (o.no_kv_cache) tests.push_back(base), tests.back().n_gen = g, tests.back().kv_cache = false;
               }
@@ -187,13 +225,20 @@ int bench(BenchOptions& o) {
   // Columns for what varies or differs from the defaults, as llama-bench shows them.
   const bool show_types = o.type_k != std::vector<std::string>{"f16"} || o.type_v != std::vector<std::string>{"f16"};
   const bool show_fa = o.flash != std::vector<std::string>{"auto"};
+  const bool show_np = !o.n_parallel.empty();
+  if (show_np && o.no_kv_cache) throw UsageError("-np and --no-kv-cache do not go together");
+  for (int32_t np : o.n_parallel)
+    if (np < 1) throw UsageError("-np needs positive sequence counts, got " + std::to_string(np));
 
   rope_params(o.rope);  // bad flags fail here, before any test
   std::mt19937 rng(1234);
   for (TestResult& r : tests) {
     ModelOptions mo;
-    mo.n_threads = r.n_threads, mo.n_batch = o.n_batch, mo.n_ctx = std::max(r.depth + r.n_prompt + r.n_gen + 1, 16);
+    mo.n_threads = r.n_threads, mo.n_batch = o.n_batch;
+    mo.n_ctx = std::max(r.depth + r.n_prompt + std::max(r.prefix, 1) + r.n_gen + 1, 16);
     mo.cache_type_k = r.type_k, mo.cache_type_v = r.type_v, mo.flash_attn = r.flash;
+    r.paged = r.n_parallel > 1 || kv_layout(o.kv_layout) == KvLayout::paged;  // sharing needs blocks
+    mo.kv_layout = r.paged ? "paged" : "contiguous", mo.kv_block = o.kv_block;
     mo.rope = o.rope;
     std::unique_ptr<Session> session_ptr;
     try {
@@ -207,13 +252,16 @@ int bench(BenchOptions& o) {
     }
     Session& session = *session_ptr;
     run_once(session, *model, std::min(r.n_prompt, 16), std::min(r.n_gen, 4), true, rng);  // warm-up
+    if (r.n_parallel > 0) run_parallel_once(session, *model, 1, 2, r.n_parallel, rng, r);
     r.test_time = now_iso();
     for (int32_t rep = 0; rep < o.reps; ++rep) {
       if (probe && r.is_tg()) {
         r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
         roofline[r.n_threads].push_back(r.roofline_gbs.back());
       }
-      r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
+      r.samples_ns.push_back(r.n_parallel > 0 ? run_parallel_once(session, *model, r.depth + r.prefix, r.n_gen,
+                                                                    r.n_parallel, rng, r)
+                                              : run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
     }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
@@ -240,11 +288,12 @@ int bench(BenchOptions& o) {
     else spdlog::info("{}", line);
   }
   if (o.output == "md") {
-    std::printf("| model | size | params | backend | threads |%s%s test | t/s | weights GB/s |%s\n",
+    std::printf("| model | size | params | backend | threads |%s%s test | t/s | weights GB/s |%s%s\n",
                 show_types ? " type_k | type_v |" : "", show_fa ? " fa |" : "",
-                o.roofline ? " roofline GB/s | % of roofline |" : "");
-    std::printf("| --- | ---: | ---: | --- | ---: |%s%s ---: | ---: | ---: |%s\n", show_types ? " ---: | ---: |" : "",
-                show_fa ? " ---: |" : "", o.roofline ? " ---: | ---: |" : "");
+                o.roofline ? " roofline GB/s | % of roofline |" : "",
+                show_np ? " kv | KV MiB | KV MiB unshared |" : "");
+    std::printf("| --- | ---: | ---: | --- | ---: |%s%s ---: | ---: | ---: |%s%s\n", show_types ? " ---: | ---: |" : "",
+                show_fa ? " ---: |" : "", o.roofline ? " ---: | ---: |" : "", show_np ? " --- | ---: | ---: |" : "");
     for (const TestResult& r : tests) {
       const auto ts = r.samples_ts();
       std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d |", model_type.c_str(), model_bytes / 1048576.0,
@@ -258,6 +307,11 @@ int bench(BenchOptions& o) {
         if (r.is_tg()) std::printf(" %.2f | %.1f%% |", roofline_of(r), roofline_pct(r));
         else std::printf(" | |");
       }
+      if (show_np && r.n_parallel > 0)
+        std::printf(" %s | %.2f | %.2f |", r.paged ? "paged" : "contiguous", r.kv_bytes / 1048576.0,
+                    r.kv_bytes_unshared / 1048576.0);
+      else if (show_np)
+        std::printf(" | | |");
       std::printf("\n");
     }
     return 0;
@@ -299,6 +353,10 @@ int bench(BenchOptions& o) {
     j["weights_gbs"] = r.is_tg() ? nlohmann::json(bandwidth(r)) : nlohmann::json();
     j["roofline_gbs"] = o.roofline ? nlohmann::json(roofline_of(r)) : nlohmann::json();
     j["roofline_pct"] = o.roofline && r.is_tg() ? nlohmann::json(roofline_pct(r)) : nlohmann::json();
+    j["kv_layout"] = r.paged ? "paged" : "contiguous";
+    j["n_parallel"] = r.n_parallel > 0 ? nlohmann::json(r.n_parallel) : nlohmann::json();
+    j["kv_bytes"] = r.n_parallel > 0 ? nlohmann::json(r.kv_bytes) : nlohmann::json();
+    j["kv_bytes_unshared"] = r.n_parallel > 0 ? nlohmann::json(r.kv_bytes_unshared) : nlohmann::json();
     rows.push_back(j);
   }
   if (o.output == "json") {
@@ -309,7 +367,8 @@ int bench(BenchOptions& o) {
                           "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k",
                           "type_v", "flash_attn", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen",
                           "n_depth", "test_time",
-                          "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "weights_gbs", "roofline_gbs", "roofline_pct"};
+                          "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "weights_gbs", "roofline_gbs", "roofline_pct",
+                          "kv_layout", "n_parallel", "kv_bytes", "kv_bytes_unshared"};
   std::string header;
   for (const char* f : fields) header += (header.empty() ? "" : ",") + std::string(f);
   std::printf("%s\n", header.c_str());
@@ -352,6 +411,13 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"on", "off", "auto"}, CLI::ignore_case));
   cmd->add_option("-d,--n-depth", o->depth, "Tokens already in the KV cache when a test starts (comma-separated)")
       ->delimiter(',')->check(CLI::NonNegativeNumber);
+  cmd->add_option("--parallel", o->n_parallel,
+                  "Also -np: tg rows decode N sequences at once (one batch per step) after a shared prefix of the first "
+                  "-p length, with the KV memory shared and unshared (comma-separated; N > 1 uses the paged layout)")
+      ->delimiter(',');
+  cmd->add_option("--kv-layout", o->kv_layout, "KV cache layout of every row: contiguous or paged")
+      ->check(CLI::IsMember({"contiguous", "paged"}, CLI::ignore_case));
+  cmd->add_option("--kv-block", o->kv_block, "Positions per block of the paged KV layout")->check(CLI::Range(1, 1024));
   add_repack_flag(*cmd, o->no_repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,

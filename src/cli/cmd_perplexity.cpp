@@ -219,6 +219,7 @@ void register_perplexity(CLI::App& app, Action& action) {
                 "with --kv-evict (without: a context holding the whole text)");
   add_kv_eviction_options(*cmd, o->evict);
   add_runtime_options(*cmd, o->model);
+  add_kv_layout_options(*cmd, o->model);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] {
     const bool evict_flags = !o->evict.policy.empty() || o->evict.sink_flag->count() > 0 || o->evict.budget_flag->count() > 0;

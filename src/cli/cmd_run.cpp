@@ -7,6 +7,7 @@
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/generator.h"
+#include "kiln/parallel.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,7 +24,41 @@ struct RunOptions {
   bool chat = false;
   std::string system;
   ChatTemplateOptions chat_template;
+  int32_t n_parallel = 0;  // --parallel N; 0: one sequence through the Generator
 };
+
+// --parallel N: N samples of the prompt, printed one after the other under a header
+// line each; the KV memory they took with the prompt's blocks shared, and what N
+// unshared copies would have taken, on stderr.
+int run_parallel(RunOptions& o, const Model& model, Session& session, const std::vector<int32_t>& tokens) {
+  ParallelParams pp;
+  pp.n_seq = o.n_parallel;
+  pp.n_predict = o.gen.n_predict;
+  pp.sampling = o.gen.sampling;
+  pp.ignore_eos = o.gen.ignore_eos;
+  const ParallelResult r = generate_parallel(session, model.tokenizer(), tokens, pp);
+  for (size_t i = 0; i < r.seqs.size(); ++i) {
+    const ParallelSequence& s = r.seqs[i];
+    std::printf("%s--- sequence %zu (seed %llu) ---\n%s", i ? "\n" : "", i, (unsigned long long)s.seed, s.text.c_str());
+    if (s.text.empty() || s.text.back() != '\n') std::fputc('\n', stdout);
+  }
+  std::fflush(stdout);
+  const KvMemory& m = r.peak;
+  const double mib = 1024.0 * 1024.0;
+  if (session.kv_layout() == KvLayout::paged)
+    spdlog::info("kv cache: {:.2f} MiB in {} blocks of {} tokens with the prompt shared; {} unshared copies would take "
+                 "{:.2f} MiB in {} blocks ({:.2f}x)",
+                 m.bytes_used / mib, m.blocks_used, o.model.kv_block, r.seqs.size(), m.bytes_unshared / mib,
+                 m.blocks_unshared, m.bytes_unshared / std::max(m.bytes_used, 1.0));
+  int32_t full = 0;
+  for (const ParallelSequence& s : r.seqs) full += s.stop == StopReason::context_full;
+  if (full > 0) spdlog::warn("kiln: {} sequence(s) stopped: the context ({} tokens) is full; raise it with -c", full, session.n_ctx());
+  spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {} sequences in {:.1f} ms "
+               "({:.1f} tok/s)",
+               r.n_prompt, r.prompt_ms, r.n_prompt * 1000.0 / std::max(r.prompt_ms, 1e-9), r.n_generated, r.seqs.size(),
+               r.generate_ms, r.n_generated * 1000.0 / std::max(r.generate_ms, 1e-9));
+  return 0;
+}
 
 int run(RunOptions& o) {
   setup_logging(o.log);
@@ -41,6 +76,13 @@ int run(RunOptions& o) {
   if (!o.prompt_file.empty()) prompt = read_text_file(o.prompt_file);
   if (prompt == "-") prompt = read_text_file("-");
 
+  if (o.n_parallel > 1 && !o.model.kv_layout.empty() && kv_layout(o.model.kv_layout) != KvLayout::paged)
+    throw UsageError("--parallel needs --kv-layout paged (the sequences share the prompt's blocks)");
+  if (o.n_parallel > 1) o.model.kv_layout = "paged";
+  if (o.n_parallel > 0 && o.chat) throw UsageError("--parallel does not work with --chat yet");
+  const KvEvictionParams eviction = kv_eviction(o.gen, 1 << 30);  // flags checked against each other; budget below
+  if (kv_layout(o.model.kv_layout) == KvLayout::paged && eviction.policy != KvEviction::none)
+    throw UsageError("--kv-evict and --context-shift need --kv-layout contiguous");
   auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
   if (!o.tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_spm_file(o.tokenizer_file));
   const Tokenizer& tok = model->tokenizer();
@@ -72,6 +114,7 @@ int run(RunOptions& o) {
     if (tokens.empty()) throw UsageError("the prompt is empty and this model adds no BOS token: nothing to start from");
     spdlog::debug("prompt: {} tokens, context {}, threads {}, seed {}", tokens.size(), session.n_ctx(),
                   session.n_threads(), sampler.seed());
+    if (o.n_parallel > 0) return run_parallel(o, *model, session, tokens);
     st = generator.generate(tokens, o.gen.n_predict, print);
   }
   if (!ends_with_newline) std::fputc('\n', stdout);
@@ -103,6 +146,11 @@ void register_run(CLI::App& app, Action& action) {
   cmd->add_option("--system", o->system, "System prompt (with --chat)");
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
+  add_kv_layout_options(*cmd, o->model);
+  cmd->add_option("--parallel", o->n_parallel,
+                  "Generate N samples of the prompt at once (also -np), sequence i with seed + i: the prompt is decoded "
+                  "once and its KV blocks shared (paged layout), one batch of N tokens per step")
+      ->check(CLI::PositiveNumber);
   add_sampling_options(*cmd, o->gen);
   add_context_shift_options(*cmd, o->gen, /*on_by_default=*/false);
   add_log_options(*cmd, o->log);

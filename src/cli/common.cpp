@@ -69,6 +69,17 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
   add_rope_options(app, opts.rope);
 }
 
+void add_kv_layout_options(CLI::App& app, ModelOptions& opts) {
+  app.add_option("--kv-layout", opts.kv_layout,
+                 "KV cache layout: contiguous (default; paged with --parallel) or paged (blocks on demand, "
+                 "shared prefixes, copy-on-write)")
+      ->check(CLI::IsMember({"contiguous", "paged"}, CLI::ignore_case));
+  app.add_option("--kv-block", opts.kv_block, "Positions per block of the paged KV layout")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+}
+
+KvLayout kv_layout(const std::string& name) { return lower(name) == "paged" ? KvLayout::paged : KvLayout::contiguous; }
+
 void add_rope_options(CLI::App& app, RopeOptions& o) {
   // Optional values are set through callbacks: an unset flag must mean "the model's".
   const auto add_optional = [&app](const char* name, auto& field, const char* help) {
@@ -248,6 +259,8 @@ SessionParams session_params(const ModelOptions& opts, const Model& model) {
   p.swa_window = opts.swa_window;
   p.swa_pattern = opts.swa_pattern;
   p.swa_full = opts.swa_full;
+  p.kv_layout = kv_layout(opts.kv_layout);
+  p.kv_block = opts.kv_block;
   const std::string windows = describe_windows(layer_windows(model.config(), p));
   if (!windows.empty()) spdlog::info("sliding window: {}{}", windows, p.swa_full ? " (full-size cache, --swa-full)" : "");
   p.rope = rope_params(opts.rope);

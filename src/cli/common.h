@@ -38,6 +38,8 @@ struct ModelOptions {
   std::string flash_attn = "auto";
   int32_t swa_window = -1, swa_pattern = -1;  // -1: the model's
   bool swa_full = false;
+  std::string kv_layout;  // contiguous, paged; empty: contiguous unless --parallel asks for paged
+  int32_t kv_block = 16;
   RopeOptions rope;
 };
 
@@ -48,6 +50,9 @@ TensorType cache_type(const std::string& name);
 void add_log_options(CLI::App& app, LogOptions& opts);
 void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack and the RoPE flags
 void add_rope_options(CLI::App& app, RopeOptions& opts);
+// --kv-layout contiguous|paged and --kv-block N (run, perplexity).
+void add_kv_layout_options(CLI::App& app, ModelOptions& opts);
+KvLayout kv_layout(const std::string& name);  // "" is contiguous
 void add_repack_flag(CLI::App& app, bool& no_repack);
 // --kv-evict none|shift|sink|h2o, --sink-tokens, --kv-budget as typed; kv_eviction() checks them.
 struct KvEvictionOptions {

@@ -24,13 +24,14 @@ int main(int argc, char** argv) {
   register_quantize(app, action);
   register_template(app, action);
 
-  // llama.cpp's users type -cnv, -ctk, -ctv, -fa; CLI11 only knows one-letter short options.
+  // llama.cpp's users type -cnv, -ctk, -ctv, -fa, -np; CLI11 only knows one-letter short options.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {
     if (a == "-cnv") a = "--chat";
     else if (a == "-ctk") a = "--cache-type-k";
     else if (a == "-ctv") a = "--cache-type-v";
     else if (a == "-fa") a = "--flash-attn";
+    else if (a == "-np") a = "--parallel";
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {

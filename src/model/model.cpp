@@ -261,13 +261,42 @@ void Model::pack_weights() {
     const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   };
+  // Work items are row ranges of ~1 MiB of source, so one big matrix (the output
+  // projection: a third of the packing time of a Q4_0 file, alone on one thread before)
+  // is shared by every thread too. A matrix's source is released by whoever packs its
+  // last range.
+  struct Piece {
+    size_t matrix, r0, r1;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::atomic<size_t>> rows_left(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const WeightView& w = *todo[i];
+    const size_t step = std::max<size_t>(16, (size_t(1) << 20) / std::max<size_t>(w.row_bytes, 1) / 16 * 16);
+    rows_left[i] = w.rows;
+    for (size_t r0 = 0; r0 < w.rows; r0 += step) pieces.push_back({i, r0, std::min<size_t>(w.rows, r0 + step)});
+  }
+  // Mapping a piece's file pages with one call instead of a fault per 64 KiB measured
+  // 420-480 -> 370-380 ms for the whole load of a 1.1B Q4_0 (the VM's faults are dear).
+  const auto populate = [&](const uint8_t* p, size_t n) {
+#ifdef MADV_POPULATE_READ
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+    madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + n - begin, MADV_POPULATE_READ);
+#else
+    (void)p, (void)n;
+#endif
+  };
   std::atomic<size_t> next{0};
   const auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+    for (size_t p; (p = next.fetch_add(1)) < pieces.size();) {
+      const auto [i, r0, r1] = pieces[p];
       const WeightView& w = *todo[i];
-      if (is_float(w.type)) std::memcpy(dst[i], w.data, w.rows * w.row_bytes);
-      else kernels::pack_weights(w.type, w.data, w.row_bytes, w.rows, w.cols, 0, w.rows, dst[i]);
-      release_source(w);
+      populate(static_cast<const uint8_t*>(w.data) + r0 * w.row_bytes, (r1 - r0) * w.row_bytes);
+      if (is_float(w.type))
+        std::memcpy(static_cast<uint8_t*>(dst[i]) + r0 * w.row_bytes, static_cast<const uint8_t*>(w.data) + r0 * w.row_bytes,
+                    (r1 - r0) * w.row_bytes);
+      else kernels::pack_weights(w.type, w.data, w.row_bytes, w.rows, w.cols, r0, r1, dst[i]);
+      if (rows_left[i].fetch_sub(r1 - r0) == r1 - r0) release_source(w);
     }
   };
   const unsigned n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 16u));

@@ -64,6 +64,11 @@ void f32_to_row(TensorType t, const float* in, size_t n, uint8_t* row) {
 
 bool KvCache::is_cache_type(TensorType t) { return type_code(t) != 7; }
 
+void KvCache::encode_row(TensorType t, const float* in, size_t n, uint8_t* row) { f32_to_row(t, in, n, row); }
+void KvCache::decode_row(TensorType t, const uint8_t* row, size_t e0, size_t n, float* out) {
+  row_to_f32(t, row, e0, n, out);
+}
+
 std::string KvCache::type_label(TensorType t) {
   std::string name = type_name(t);
   for (char& ch : name) ch = (char)std::tolower((unsigned char)ch);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/zeroed_bytes.h"
 #include "kiln/tensor_type.h"
 
 namespace kiln {
@@ -46,6 +47,10 @@ class KvCache {
   // Bytes of keys and values for a cache of this shape (before allocating one).
   static double bytes_for(const Shape& shape);
   static size_t row_bytes(TensorType t, size_t n);  // n values of t (n a multiple of its block)
+  // A row of n floats in type t, and values [e0, e0 + n) of such a row back as floats:
+  // the conversions every cache layout stores and reads with (runtime/paged_kv.h too).
+  static void encode_row(TensorType t, const float* in, size_t n, uint8_t* row);
+  static void decode_row(TensorType t, const uint8_t* row, size_t e0, size_t n, float* out);
 
   const Shape& shape() const { return s_; }
   size_t n_layers() const { return s_.n_layers; }
@@ -209,7 +214,7 @@ class KvCache {
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
   std::vector<size_t> k_off_, v_off_;  // byte offset of each layer's keys and values
   std::vector<size_t> held_from_;      // per layer, see held_from()
-  std::vector<uint8_t> k_, v_;
+  ZeroedBytes k_, v_;  // pages are touched as positions fill
   std::vector<uint8_t> v_converted_;  // one value row in v_type, for the transposed store
 };
 

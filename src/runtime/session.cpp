@@ -4,20 +4,23 @@
 // A call processes a batch of tokens at once (prefill is matrix x matrix).
 // Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
 // optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
-// RoPE, GELU MLP or GeGLU, scaled embeddings, soft-capped scores and logits, post-norms,
-// a second RoPE table for sliding-window layers.
+// RoPE, GELU MLP or GeGLU, scaled embeddings, post-norms, a final soft-cap, a second RoPE
+// table for sliding-window layers (the attention's scale and soft-cap: runtime/attention.h).
 #include "kiln/session.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "runtime/attention.h"
 #include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_evict.h"
+#include "runtime/paged_kv.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
 #include "runtime/soft_cap.h"
@@ -80,30 +83,18 @@ uint64_t rope_identity(const RopeConfig& r, const RopeConfig& model_default) {
   return h.digest() | 1;  // never 0
 }
 
-// ALiBi (Press et al. 2022): the score of the query at key position n-1 with key j gets
-// slope * (j - (n-1)), a penalty linear in the distance. (llama.cpp adds the same, as
-// slope * -|i - j| in its mask; a per-row constant such as slope * j would give the same
-// softmax but larger values to round.)
-void add_alibi(float* row, size_t n, float slope) {
-  for (size_t j = 0; j < n; ++j) row[j] += slope * float(int64_t(j) - int64_t(n - 1));
-}
-// The same for a block of keys that starts `first` positions after the query (<= 0).
-void add_alibi(float* row, size_t n, float slope, int64_t first) {
-  for (size_t j = 0; j < n; ++j) row[j] += slope * float(first + int64_t(j));
-}
-
-// Head h's slope: the geometric sequence 2^(-8/n), 2^(-16/n), ... for max_bias 8 over the
-// largest power of two n <= n_heads; the remaining heads take the odd terms of the
-// sequence for 2n (the paper's rule, computed in float as ggml's soft_max does).
-std::vector<float> alibi_slopes(const ModelConfig& c) {
-  if (c.positions != Positions::alibi) return {};
-  const uint32_t n_pow2 = 1u << uint32_t(std::floor(std::log2(double(c.n_heads))));
-  const float m0 = std::pow(2.0f, -c.max_alibi_bias / float(n_pow2));
-  const float m1 = std::pow(2.0f, -(c.max_alibi_bias / 2.0f) / float(n_pow2));
-  std::vector<float> slopes(c.n_heads);
-  for (uint32_t h = 0; h < c.n_heads; ++h)
-    slopes[h] = h < n_pow2 ? std::pow(m0, float(h + 1)) : std::pow(m1, float(2 * (h - n_pow2) + 1));
-  return slopes;
+// The paged layout's block pool, one sequence (0) ready; refused with one line where the
+// contiguous cache's features it lacks would be needed.
+std::unique_ptr<PagedKv> paged_kv(const KvCache::Shape& s, const SessionParams& p, const std::vector<uint32_t>& windows) {
+  if (p.kv_layout != KvLayout::paged) return nullptr;
+  if (std::any_of(windows.begin(), windows.end(), [](uint32_t w) { return w > 0; }))
+    throw Error("--kv-layout paged does not support sliding-window layers yet (" + describe_windows(windows) +
+                "; use --kv-layout contiguous)");
+  const size_t block = size_t(std::max(p.kv_block, 0));  // PagedKv refuses 0
+  auto kv = std::make_unique<PagedKv>(
+      PagedKv::Shape{s.n_layers, s.kv_dim, s.head_dim, s.k_type, s.v_type, s.v_transposed, block, s.n_ctx});
+  kv->add_sequence();
+  return kv;
 }
 
 }  // namespace
@@ -116,9 +107,13 @@ struct Session::Impl {
   KvCache::Shape kv_shape_;  // before the cache: checked and sized first
   int32_t n_ctx, n_batch;
   ThreadPool pool;
-  KvCache kv_cache;
+  // One of the two layouts: the contiguous per-layer cache, or paged blocks shared by
+  // sequences (runtime/paged_kv.h).
+  std::unique_ptr<PagedKv> paged;
+  std::optional<KvCache> kv_cache;
   bool flash;
-  int32_t n_past = 0;
+  Attention attention;
+  int32_t n_past = 0;  // sequence 0's positions
 
   uint64_t positions_id = 0;  // KvStateDesc::positions
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
@@ -126,8 +121,6 @@ struct Session::Impl {
   // (ModelConfig::rope_theta_swa), else empty. It ignores the session's RoPE overrides:
   // those stretch the global layers' context, the local ones never see past their window.
   std::vector<float> rope_cos_sin_swa;  // [n_ctx][n_rot/2][2]
-  float attn_scale;                 // of q . k
-  std::vector<float> alibi_slope;   // [n_heads] with Positions::alibi, else empty
   // Activations for one batch of B <= n_batch tokens, row-major by token.
   std::vector<float> x;       // [B][dim]    residual stream
   std::vector<float> xb;      // [B][dim]    normed input of a sublayer
@@ -137,19 +130,21 @@ struct Session::Impl {
   std::vector<float> att;     // [B][n_heads * head_dim]  attention output before Wo
   std::vector<float> hb;      // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
   std::vector<float> hb2;     // [B][ffn_dim] up
-  static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
-  std::vector<float> scores;  // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
-  std::vector<float> ring_out;  // [n_threads][kQueryBlock][head_dim] a wrapped ring's second P V
-  // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
-  static constexpr size_t kTileRows = 256, kTileKeys = 256;
-  std::vector<float> tile_scratch;  // [n_threads][tile_floats()]
+  std::vector<QuerySpan> spans;  // which sequence and position each row of a batch is
   std::vector<float> logits;  // [n_out][n_vocab]
   // Eviction (runtime/kv_evict.h): kept positions and one turned-back rotation, reused;
   // with track_attention, the attention each cached position has received (H2O), a
   // per-head sum for the current layer and the score pass's scratch.
   std::vector<int32_t> kept;
-  std::vector<float> back_rot, back_rot_swa;  // for layers of rope_table and of rope_cos_sin_swa
+  std::vector<float> back_rot, back_rot_swa;  // for layers of rope_cos_sin and of rope_cos_sin_swa
   std::vector<float> att_score, head_score, score_scratch;
+
+  void contiguous_only(const char* what) const {
+    if (paged) throw Error(std::string(what) + " needs --kv-layout contiguous (the paged cache does not support it yet)");
+  }
+  void paged_only(const char* what) const {
+    if (!paged) throw Error(std::string(what) + " needs the paged KV layout (--kv-layout paged)");
+  }
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()), ops(kernels::ops()),
@@ -158,11 +153,11 @@ struct Session::Impl {
         n_ctx((int32_t)kv_shape_.n_ctx),
         n_batch(batch_size(p, n_ctx)),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
-        kv_cache(kv_shape_),
+        paged(paged_kv(kv_shape_, p, window)),
+        kv_cache(paged ? std::nullopt : std::optional<KvCache>(std::in_place, kv_shape_)),
         flash(use_flash(m.config(), p)),
-        attn_scale(m.config().attn_scale > 0 ? m.config().attn_scale : 1.0f / std::sqrt(float(m.config().head_dim))),
-        alibi_slope(alibi_slopes(m.config())) {
-    const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_cache.kv_dim();
+        attention(m.config(), window, flash, kv_shape_.n_ctx, pool.size(), kv_cache ? &*kv_cache : nullptr, paged.get()) {
+    const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv_shape_.kv_dim;
     x.resize(B * c.dim);
     xb.resize(B * c.dim);
     q.resize(B * q_dim);
@@ -171,9 +166,7 @@ struct Session::Impl {
     att.resize(B * q_dim);
     hb.resize(B * c.ffn_dim);
     hb2.resize(B * c.ffn_dim);
-    if (flash) tile_scratch.resize(size_t(pool.size()) * tile_floats());
-    else scores.resize(size_t(pool.size()) * kQueryBlock * n_ctx);
-    if (!flash && !kv_shape_.layer_ctx.empty()) ring_out.resize(size_t(pool.size()) * kQueryBlock * c.head_dim);
+    spans.reserve(B);
     size_t max_rows = m.output.rows;
     const auto size_for = [&](const WeightView& w) {
       if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
@@ -294,214 +287,6 @@ struct Session::Impl {
     if (c.embed_scale != 1.0f) ops.scale(out, c.embed_scale, c.dim);
   }
 
-  // Causal attention of B new tokens (positions pos0..pos0+B-1) over the cache of layer l,
-  // into att.
-  void attention(size_t l, int32_t pos0, size_t B) {
-    if (flash) attention_tiled(l, pos0, B);
-    else attention_direct(l, pos0, B);
-  }
-
-  // Keys of KV head kvh as gemm weights (rows = positions from 0).
-  kernels::GemmArgs key_rows(size_t l, size_t kvh) const {
-    const TensorType t = kv_shape_.k_type;
-    kernels::GemmArgs a{};
-    a.w_type = t;
-    a.w = kv_cache.k_row(l, 0) + KvCache::row_bytes(t, kvh * c.head_dim);
-    a.w_row_bytes = kv_cache.k_row_bytes();
-    return a;
-  }
-
-  // S = Q K^T for nb query rows (x, row stride ldx) of KV head kvh against the keys of
-  // positions [lo, lo + n_keys): S[b][j] is position lo + j. A ring that wraps within the
-  // range takes one gemm per run of slots.
-  void scores_qk(size_t l, size_t kvh, const float* x, size_t ldx, size_t nb, float* S, size_t lo, size_t n_keys) {
-    kv_cache.for_each_run(l, lo, lo + n_keys, [&](size_t p, size_t slot, size_t n) {
-      kernels::GemmArgs qk = key_rows(l, kvh);
-      qk.w = static_cast<const uint8_t*>(qk.w) + slot * kv_cache.k_row_bytes();
-      qk.x = x, qk.ldx = ldx, qk.y = S + (p - lo), qk.ldy = n_keys;
-      qk.k = c.head_dim, qk.n_batch = nb, qk.r0 = 0, qk.r1 = n;
-      ops.gemm(qk);
-    });
-  }
-  // out = S V over the same positions (transposed values); a wrapped ring's second run is
-  // added from tmp ([nb][head_dim]).
-  void scores_v(size_t l, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys, float* out, size_t ldo,
-                float* tmp) {
-    const size_t hd = c.head_dim, vt_row = kv_cache.vt_row_bytes(l), elem = KvCache::row_bytes(kv_shape_.v_type, 1);
-    kv_cache.for_each_run(l, lo, lo + n_keys, [&](size_t p, size_t slot, size_t n) {
-      const uint8_t* v = kv_cache.vt(l) + kvh * hd * vt_row + slot * elem;
-      if (p == lo) return ops.gemm({kv_shape_.v_type, v, vt_row, S, n_keys, out, ldo, n, nb, 0, hd});
-      ops.gemm({kv_shape_.v_type, v, vt_row, S + (p - lo), n_keys, tmp, hd, n, nb, 0, hd});
-      for (size_t b = 0; b < nb; ++b) ops.add(out + b * ldo, tmp + b * hd, out + b * ldo, hd);
-    });
-  }
-
-  // With the values transposed in the cache: one head per task, blocks of queries at a
-  // time, as two gemms: S = Q K^T (then scaled, softmaxed over the keys each query may
-  // see, zero elsewhere), and O = S V. On a sliding-window layer S covers only the keys
-  // some query of the block sees.
-  void attention_direct(size_t l, int32_t pos0, size_t B) {
-    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd;
-    const size_t group = c.n_heads / c.n_kv_heads;  // query heads sharing one KV head
-    const float scale = attn_scale, cap = c.attn_softcap;
-    const uint32_t W = window[l];
-    const auto tmp_of = [&](int tid) { return ring_out.empty() ? nullptr : &ring_out[size_t(tid) * kQueryBlock * hd]; };
-    const auto heads = [&](int tid, int nth) {
-      float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];  // [nb][n_keys]
-      for (size_t h = tid; h < c.n_heads; h += nth) {
-        const size_t kvh = h / group;
-        for (size_t b0 = 0; b0 < B; b0 += kQueryBlock) {
-          const size_t nb = std::min(kQueryBlock, B - b0);
-          const size_t lo = window_start(size_t(pos0) + b0, W);  // what the block's first query sees
-          const size_t n_keys = size_t(pos0) + b0 + nb - lo;      // to what its last one sees
-          scores_qk(l, kvh, &q[b0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
-          for (size_t b = 0; b < nb; ++b) {
-            const size_t p = size_t(pos0) + b0 + b, first = window_start(p, W) - lo, visible = p + 1 - lo - first;
-            float* row = S + b * n_keys;
-            std::fill(row, row + first, 0.0f);
-            ops.scale(row + first, scale, visible);
-            if (cap > 0) soft_cap(row + first, visible, cap);
-            if (!alibi_slope.empty()) add_alibi(row + first, visible, alibi_slope[h]);
-            ops.softmax(row + first, visible);
-            std::fill(row + first + visible, row + n_keys, 0.0f);
-          }
-          scores_v(l, kvh, S, nb, lo, n_keys, &att[b0 * q_dim + h * hd], q_dim, tmp_of(tid));
-        }
-      }
-    };
-    // Decoding one token: the query heads that share a KV head form one batch, so each
-    // key and value row is read once per token, by one thread, in one gemm (per-head
-    // gemms read the cache once per query head, strided, and it is cold: the weights
-    // streamed since the previous token evicted it). Tasks are (KV head, slice of its
-    // query heads), enough of them for every thread.
-    const size_t parts = std::max<size_t>(1, (size_t(pool.size()) + c.n_kv_heads - 1) / c.n_kv_heads);
-    const auto kv_groups = [&](int tid, int nth) {
-      float* S = &scores[size_t(tid) * kQueryBlock * n_ctx];
-      const size_t lo = window_start(size_t(pos0), W), n_keys = size_t(pos0) + 1 - lo;
-      for (size_t t = tid; t < c.n_kv_heads * parts; t += nth) {
-        const size_t kvh = t / parts, part = t % parts;
-        const size_t g_end = (part + 1) * group / parts;
-        for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
-          const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
-          scores_qk(l, kvh, &q[h0 * hd], hd, nh, S, lo, n_keys);
-          for (size_t i = 0; i < nh; ++i) {
-            ops.scale(S + i * n_keys, scale, n_keys);
-            if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
-            if (!alibi_slope.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope[h0 + i]);
-            ops.softmax(S + i * n_keys, n_keys);
-          }
-          scores_v(l, kvh, S, nh, lo, n_keys, &att[h0 * hd], hd, tmp_of(tid));
-        }
-      }
-    };
-    // As in matmul: tiny work is cheaper on one thread than waking the pool.
-    const bool one_thread = c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1;
-    if (B == 1) one_thread ? kv_groups(0, 1) : pool.run(kv_groups);
-    else one_thread ? heads(0, 1) : pool.run(heads);
-  }
-
-  size_t tile_floats() const {
-    const size_t hd = c.head_dim;
-    // Q rows, O rows, a block of O, scores, keys as floats, values transposed, max and sum.
-    return 3 * kTileRows * hd + kTileRows * kTileKeys + 2 * kTileKeys * hd + 2 * kTileRows;
-  }
-
-  // Tiled attention (FlashAttention's online softmax): a task takes some query heads of
-  // one KV head and a block of queries, and walks the keys a block at a time, keeping
-  // per row the running max m, the running sum l of exp(s - m) and the output scaled to
-  // that max. Each key and value block is read once per task, whatever its type.
-  void attention_tiled(size_t l, int32_t pos0, size_t B) {
-    const size_t hd = c.head_dim, q_dim = size_t(c.n_heads) * hd, group = c.n_heads / c.n_kv_heads;
-    const float scale = attn_scale, cap = c.attn_softcap;
-    const bool k_by_head = KvCache::is_one_value(kv_shape_.k_type) || hd % 32 == 0;
-    const uint32_t W = window[l];
-    // Tasks: (KV head, part of its query heads, block of queries), at least one per thread.
-    const size_t n_qblocks_min = 1;
-    size_t parts = std::max<size_t>((group + kTileRows - 1) / kTileRows,
-                                    (size_t(pool.size()) + c.n_kv_heads * n_qblocks_min - 1) / (c.n_kv_heads * n_qblocks_min));
-    parts = std::min(parts, group);
-    const size_t heads_per_part = (group + parts - 1) / parts;
-    const size_t nb_max = std::max<size_t>(1, kTileRows / heads_per_part);
-    const size_t n_qblocks = (B + nb_max - 1) / nb_max;
-    const size_t n_tasks = c.n_kv_heads * parts * n_qblocks;
-
-    const auto run = [&](int tid, int nth) {
-      float* Qs = &tile_scratch[size_t(tid) * tile_floats()];  // [rows][hd]
-      float* O = Qs + kTileRows * hd;                          // [rows][hd]
-      float* Ob = O + kTileRows * hd;                          // [rows][hd]
-      float* S = Ob + kTileRows * hd;                          // [rows][nk]
-      float* Kf = S + kTileRows * kTileKeys;                   // [nk][hd]
-      float* Vt = Kf + kTileKeys * hd;                         // [hd][nk]
-      float* m = Vt + kTileKeys * hd;                          // [rows]
-      float* lsum = m + kTileRows;                             // [rows]
-      for (size_t t = tid; t < n_tasks; t += nth) {
-        const size_t kvh = t / (parts * n_qblocks), part = t / n_qblocks % parts, qb = t % n_qblocks;
-        const size_t g0 = part * group / parts, nh = (part + 1) * group / parts - g0;
-        const size_t b0 = qb * nb_max, nb = std::min(nb_max, B - b0), rows = nh * nb;
-        // Row i is query head kvh * group + g0 + i / nb at batch position b0 + i % nb.
-        const auto q_row = [&](size_t i) { return (b0 + i % nb) * q_dim + (kvh * group + g0 + i / nb) * hd; };
-        for (size_t i = 0; i < rows; ++i) {
-          std::copy_n(&q[q_row(i)], hd, Qs + i * hd);
-          std::fill_n(O + i * hd, hd, 0.0f);
-          m[i] = -INFINITY, lsum[i] = 0.0f;
-        }
-        // Key positions from what the block's first query sees to what its last one sees,
-        // in blocks that never cross the end of a ring.
-        const size_t n_keys = size_t(pos0) + b0 + nb;
-        for (size_t j0 = window_start(size_t(pos0) + b0, W), nk = 0; j0 < n_keys; j0 += nk) {
-          const size_t slot0 = kv_cache.slot(l, j0);
-          nk = std::min({kTileKeys, n_keys - j0, kv_cache.capacity(l) - slot0});
-          kernels::GemmArgs qk = key_rows(l, kvh);
-          if (k_by_head) {
-            qk.w = static_cast<const uint8_t*>(qk.w) + slot0 * kv_cache.k_row_bytes();
-          } else {
-            kv_cache.keys_to_f32(l, slot0, nk, kvh * hd, hd, Kf, hd);
-            qk.w_type = TensorType::F32, qk.w = Kf, qk.w_row_bytes = hd * sizeof(float);
-          }
-          qk.x = Qs, qk.ldx = hd, qk.y = S, qk.ldy = nk, qk.k = hd, qk.n_batch = rows, qk.r0 = 0, qk.r1 = nk;
-          ops.gemm(qk);
-          for (size_t i = 0; i < rows; ++i) {
-            float* s_row = S + i * nk;
-            const size_t p = size_t(pos0) + b0 + i % nb;  // this query sees keys [window_start, p]
-            const size_t a_pos = std::max(j0, window_start(p, W)), e_pos = std::min(j0 + nk, p + 1);
-            const size_t a = a_pos - j0, visible = e_pos > a_pos ? e_pos - a_pos : 0;
-            if (visible > 0) {
-              float* vis = s_row + a;
-              ops.scale(vis, scale, visible);
-              if (cap > 0) soft_cap(vis, visible, cap);
-              if (!alibi_slope.empty())
-                add_alibi(vis, visible, alibi_slope[kvh * group + g0 + i / nb], int64_t(j0 + a) - int64_t(p));
-              float block_max = vis[0];
-              for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, vis[j]);
-              const float m_new = std::max(m[i], block_max);
-              const float correction = std::exp(m[i] - m_new);  // 0 for the first block
-              lsum[i] = lsum[i] * correction + ops.exp_sum(vis, visible, m_new);
-              if (correction != 1.0f) ops.scale(O + i * hd, correction, hd);
-              m[i] = m_new;
-            }
-            std::fill(s_row, s_row + (visible ? a : 0), 0.0f);
-            std::fill(s_row + (visible ? a + visible : 0), s_row + nk, 0.0f);
-          }
-          if (kv_shape_.v_transposed) {  // the block of each dimension's row, read in place
-            const size_t vt_row = kv_cache.vt_row_bytes(l), elem = KvCache::row_bytes(kv_shape_.v_type, 1);
-            ops.gemm({kv_shape_.v_type, kv_cache.vt(l) + kvh * hd * vt_row + slot0 * elem, vt_row, S, nk, Ob, hd, nk,
-                      rows, 0, hd});
-          } else {
-            kv_cache.values_to_f32_transposed(l, slot0, nk, kvh * hd, hd, Vt, nk);
-            ops.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
-          }
-          for (size_t i = 0; i < rows; ++i) ops.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
-        }
-        for (size_t i = 0; i < rows; ++i) {
-          ops.scale(O + i * hd, 1.0f / lsum[i], hd);
-          std::copy_n(O + i * hd, hd, &att[q_row(i)]);
-        }
-      }
-    };
-    const bool one_thread = c.n_heads * B * (size_t(pos0) + B) * hd < 32 * 1024 || pool.size() == 1;
-    one_thread ? run(0, 1) : pool.run(run);
-  }
-
   // out[b] = norm(in[b]) * w (+ bias) for B rows of n floats: the family's norm.
   void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B) {
     const float* weight = static_cast<const float*>(w.data);
@@ -521,14 +306,18 @@ struct Session::Impl {
     for (size_t b = 0; b < B; ++b) ops.add(y + b * n, static_cast<const float*>(bias.data), y + b * n, n);
   }
 
-  // Runs B tokens at positions n_past.. and writes logits of the last (or all) of them;
-  // logits_out == nullptr only fills the KV cache.
+  // Runs B tokens, row by row where `spans` says (sequence and position; they cover rows
+  // [0, B)), and writes logits of the last (or all) of them; logits_out == nullptr only
+  // fills the KV cache. Paged blocks for the new positions are taken (or copied, when
+  // shared) before anything is computed.
   void forward(const int32_t* tokens, size_t B, float* logits_out, bool all_logits) {
     const size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
-    const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv_cache.kv_dim();
-    const int32_t pos0 = n_past;
+    const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv_shape_.kv_dim;
+    if (paged)
+      for (const QuerySpan& sp : spans) paged->append(sp.seq, sp.n);
+    const size_t pos0 = spans[0].pos;  // with H2O tracking: the one span's (contiguous cache)
     const bool track = !att_score.empty();
-    if (track) std::fill_n(&att_score[size_t(pos0)], B, 0.0f);
+    if (track) std::fill_n(&att_score[pos0], B, 0.0f);
 
     for (size_t b = 0; b < B; ++b) embed(tokens[b], &x[b * dim]);
 
@@ -552,19 +341,21 @@ struct Session::Impl {
         norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
       }
       const std::vector<float>& rope = rope_table(l);
-      for (size_t b = 0; b < B; ++b) {
-        if (c.positions == Positions::rope) {
-          const float* cs = &rope[size_t(pos0 + b) * (c.n_rot / 2) * 2];
-          ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
-          ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+      for (const QuerySpan& sp : spans)
+        for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
+          if (c.positions == Positions::rope) {
+            const float* cs = &rope[pos * (c.n_rot / 2) * 2];
+            ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
+            ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+          }
+          if (paged) paged->store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
+          else kv_cache->store(l, pos, &k[b * kv_dim], &v[b * kv_dim]);
         }
-        kv_cache.store(l, pos0 + b, &k[b * kv_dim], &v[b * kv_dim]);
-      }
-      attention(l, pos0, B);
+      attention.run(pool, l, spans, q.data(), att.data());
       if (track)
-        accumulate_attention_scores({kv_cache, l, q.data(), c.n_heads, c.n_kv_heads, hd, size_t(pos0), B,
-                                     alibi_slope.empty() ? nullptr : alibi_slope.data(), attn_scale, c.attn_softcap,
-                                     score_scratch.data(),
+        accumulate_attention_scores({*kv_cache, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
+                                     attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
+                                     attention_scale(c), c.attn_softcap, score_scratch.data(),
                                      head_score.data(), att_score.data()},
                                     ops, pool);
       matmul(L.wo, att.data(), xb.data(), B);
@@ -591,7 +382,7 @@ struct Session::Impl {
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
     }
 
-    n_past += (int32_t)B;
+    n_past = paged ? int32_t(paged->length(0)) : n_past + int32_t(B);
     if (!logits_out) return;
     // Only the rows whose logits are wanted go through the final norm and the classifier.
     const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
@@ -621,6 +412,7 @@ std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all
     const bool last_batch = start + B == tokens.size();
     // Batches before the last only fill the cache unless every row's logits are wanted.
     float* out = all_logits ? &s.logits[start * n_vocab] : last_batch ? s.logits.data() : nullptr;
+    s.spans.assign(1, QuerySpan{0, B, size_t(s.n_past), 0});
     s.forward(&tokens[start], B, out, all_logits);
   }
   return {s.logits.data(), s.logits.size()};
@@ -630,8 +422,13 @@ int32_t Session::n_past() const { return impl_->n_past; }
 int32_t Session::n_ctx() const { return impl_->n_ctx; }
 int32_t Session::n_threads() const { return impl_->pool.size(); }
 bool Session::flash_attn() const { return impl_->flash; }
-double Session::kv_cache_bytes() const { return impl_->kv_cache.bytes(); }
-double Session::kv_cache_layer_bytes(int32_t layer) const { return impl_->kv_cache.layer_bytes(size_t(layer)); }
+double Session::kv_cache_bytes() const {
+  return impl_->paged ? impl_->paged->allocated_bytes() : impl_->kv_cache->bytes();
+}
+double Session::kv_cache_layer_bytes(int32_t layer) const {
+  if (impl_->paged) return impl_->paged->allocated_bytes() / double(impl_->c.n_layers);
+  return impl_->kv_cache->layer_bytes(size_t(layer));
+}
 uint32_t Session::layer_window(int32_t layer) const { return impl_->window.at(size_t(layer)); }
 const Model& Session::model() const { return impl_->model; }
 
@@ -644,7 +441,8 @@ std::string Session::kv_type_name(uint32_t kv_type) {
 }
 
 KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
-  const KvCache& kv = impl_->kv_cache;
+  impl_->contiguous_only("saving or loading the KV cache (session files)");
+  const KvCache& kv = *impl_->kv_cache;
   KvStateDesc d;
   d.kv_type = kv.state_type() | windows_code(impl_->window) << 8;
   d.n_layers = (uint32_t)kv.n_layers();
@@ -656,22 +454,24 @@ KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
 }
 
 void Session::write_kv_state(const std::function<void(const void*, size_t)>& sink) const {
-  const KvCache& kv = impl_->kv_cache;
+  impl_->contiguous_only("saving the KV cache (session files)");
+  const KvCache& kv = *impl_->kv_cache;
   for (size_t l = 0; l < kv.n_layers(); ++l) kv.write_state(l, size_t(impl_->n_past), sink);
 }
 
 void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(void*, size_t)>& source) {
   Impl& s = *impl_;
+  s.contiguous_only("loading a KV cache (session files)");
   if (desc.n_pos < 0 || desc.n_pos > s.n_ctx)
     throw Error("a saved KV cache of " + std::to_string(desc.n_pos) + " positions does not fit a context of " +
                 std::to_string(s.n_ctx));
   if (!(desc == kv_state_desc(desc.n_pos)))
     throw Error("the saved KV cache (" + kv_type_name(desc.kv_type) + ", " + std::to_string(desc.n_layers) +
                 " layers of width " + std::to_string(desc.kv_dim) + ") does not match this session's (" +
-                kv_type_name(kv_state_desc(0).kv_type) + ", " + std::to_string(s.kv_cache.n_layers()) +
-                " layers of width " + std::to_string(s.kv_cache.kv_dim()) + "; see -ctk, -ctv, -fa, --swa-*)");
+                kv_type_name(kv_state_desc(0).kv_type) + ", " + std::to_string(s.kv_cache->n_layers()) +
+                " layers of width " + std::to_string(s.kv_cache->kv_dim()) + "; see -ctk, -ctv, -fa, --swa-*)");
   try {
-    for (size_t l = 0; l < s.kv_cache.n_layers(); ++l) s.kv_cache.read_state(l, size_t(desc.n_pos), source);
+    for (size_t l = 0; l < s.kv_cache->n_layers(); ++l) s.kv_cache->read_state(l, size_t(desc.n_pos), source);
     std::fill(s.att_score.begin(), s.att_score.end(), 0.0f);  // what the saved tokens received is not saved
   } catch (...) {
     s.n_past = 0;
@@ -693,6 +493,7 @@ void Session::read_kv_state(const KvStateDesc& desc, std::span<const uint8_t> da
 
 void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   Impl& s = *impl_;
+  s.contiguous_only("a context shift");
   if (n_keep < 0 || n_discard < 0 || int64_t(n_keep) + n_discard > s.n_past)
     throw Error("cannot shift the context: keep " + std::to_string(n_keep) + ", discard " + std::to_string(n_discard) +
                 " of " + std::to_string(s.n_past) + " positions");
@@ -701,8 +502,8 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   // ones as they are, moved ones n_discard later (KvCache::shift rebuilds it from those).
   const size_t n_new = size_t(s.n_past - n_discard);
   for (size_t l = 0; l < s.c.n_layers; ++l) {
-    if (!s.kv_cache.is_ring(l)) continue;
-    const size_t from = window_start(n_new, s.window[l]), held = s.kv_cache.held_from(l), moved = std::max(from, size_t(n_keep));
+    if (!s.kv_cache->is_ring(l)) continue;
+    const size_t from = window_start(n_new, s.window[l]), held = s.kv_cache->held_from(l), moved = std::max(from, size_t(n_keep));
     if ((from < size_t(n_keep) && from < held) || (moved < n_new && moved + size_t(n_discard) < held))
       throw Error("cannot shift the context: the sliding window of layer " + std::to_string(l) + " (" +
                   std::to_string(s.window[l]) + ") would reach kept positions its ring buffer no longer holds; keep fewer "
@@ -715,7 +516,7 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   turn_back(&s.rope_cos_sin[size_t(n_discard) * half * 2], half, s.back_rot.data());
   if (!s.rope_cos_sin_swa.empty()) turn_back(&s.rope_cos_sin_swa[size_t(n_discard) * half * 2], half, s.back_rot_swa.data());
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
-  s.kv_cache.shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](size_t l, float* k_row) {
+  s.kv_cache->shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](size_t l, float* k_row) {
     const float* back = &s.rope_table(l) == &s.rope_cos_sin ? s.back_rot.data() : s.back_rot_swa.data();
     if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back, s.c.rope_neox);
   });
@@ -734,6 +535,7 @@ void refuse_windows(const std::vector<uint32_t>& window, const char* what) {
 
 void Session::evict(std::span<const int32_t> positions) {
   Impl& s = *impl_;
+  s.contiguous_only("KV eviction (sink, h2o)");
   refuse_windows(s.window, "KV eviction (sink, h2o)");
   kept_positions(s.n_past, positions, s.kept);
   if (positions.empty()) return;
@@ -743,7 +545,7 @@ void Session::evict(std::span<const int32_t> positions) {
   // in layers of the same table share it.
   size_t turned_for = 0;
   const std::vector<float>* turned_table = nullptr;
-  s.kv_cache.compact(s.kept.data(), s.kept.size(), [&](size_t l, float* k_row, size_t delta) {
+  s.kv_cache->compact(s.kept.data(), s.kept.size(), [&](size_t l, float* k_row, size_t delta) {
     if (!rope) return;
     const std::vector<float>& table = s.rope_table(l);
     if (delta != turned_for || &table != turned_table)
@@ -759,6 +561,7 @@ void Session::track_attention(bool on) {
   Impl& s = *impl_;
   if (on == !s.att_score.empty()) return;
   if (on) refuse_windows(s.window, "attention scores (h2o)");
+  if (on) s.contiguous_only("tracking attention scores (h2o)");
   if (!on) {
     s.att_score = {}, s.head_score = {}, s.score_scratch = {};
     return;
@@ -778,11 +581,85 @@ void Session::truncate(int32_t n) {
   Impl& s = *impl_;
   if (n < 0 || n > s.n_past) throw Error("cannot truncate a session of " + std::to_string(s.n_past) +
                                          " tokens to " + std::to_string(n));
+  if (s.paged) {
+    s.paged->truncate(0, size_t(n));
+    s.n_past = n;
+    return;
+  }
   // A ring that has overwritten keys position n's window needs cannot go back there.
   for (size_t l = 0; l < s.c.n_layers; ++l)
-    if (s.kv_cache.is_ring(l) && window_start(size_t(n), s.window[l]) < s.kv_cache.held_from(l)) n = 0;
+    if (s.kv_cache->is_ring(l) && window_start(size_t(n), s.window[l]) < s.kv_cache->held_from(l)) n = 0;
   s.n_past = n;
-  s.kv_cache.truncated(size_t(n));
+  s.kv_cache->truncated(size_t(n));
+}
+
+KvLayout Session::kv_layout() const { return impl_->paged ? KvLayout::paged : KvLayout::contiguous; }
+
+int32_t Session::fork_sequence(int32_t from) {
+  impl_->paged_only("forking a sequence");
+  return impl_->paged->fork(from);
+}
+
+void Session::free_sequence(int32_t seq) {
+  Impl& s = *impl_;
+  s.paged_only("freeing a sequence");
+  if (seq == 0) return truncate(0);
+  if (!s.paged->alive(seq)) throw Error("KV sequence " + std::to_string(seq) + " does not exist");
+  s.paged->release(seq);
+}
+
+int32_t Session::n_past(int32_t seq) const {
+  const Impl& s = *impl_;
+  if (seq == 0) return s.n_past;
+  s.paged_only("a sequence other than 0");
+  if (!s.paged->alive(seq)) throw Error("KV sequence " + std::to_string(seq) + " does not exist");
+  return int32_t(s.paged->length(seq));
+}
+
+std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  s.paged_only("decoding several sequences");
+  const size_t n_vocab = s.c.n_vocab, n = seqs.size();
+  if (tokens.size() != n)
+    throw Error("decode_parallel: " + std::to_string(n) + " sequences but " + std::to_string(tokens.size()) + " tokens");
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t seq = seqs[i], t = tokens[i];
+    if (!s.paged->alive(seq)) throw Error("KV sequence " + std::to_string(seq) + " does not exist");
+    if (std::find(seqs.begin(), seqs.begin() + ptrdiff_t(i), seq) != seqs.begin() + ptrdiff_t(i))
+      throw Error("decode_parallel: sequence " + std::to_string(seq) + " is listed twice");
+    if (s.paged->length(seq) >= size_t(s.n_ctx))
+      throw Error("context is full: sequence " + std::to_string(seq) + " holds " + std::to_string(s.n_ctx) +
+                  " tokens, the context size (use -c to raise it)");
+    if (t < 0 || size_t(t) >= n_vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+  }
+  s.logits.resize(n * n_vocab);
+  for (size_t start = 0; start < n; start += size_t(s.n_batch)) {
+    const size_t B = std::min<size_t>(size_t(s.n_batch), n - start);
+    s.spans.clear();
+    for (size_t i = 0; i < B; ++i) {
+      const int32_t seq = seqs[start + i];
+      s.spans.push_back({i, 1, s.paged->length(seq), seq});
+    }
+    s.forward(&tokens[start], B, &s.logits[start * n_vocab], true);
+  }
+  return {s.logits.data(), s.logits.size()};
+}
+
+KvMemory Session::kv_memory() const {
+  const Impl& s = *impl_;
+  KvMemory m;
+  if (!s.paged) {
+    m.bytes_used = m.bytes_unshared = m.bytes_allocated = s.kv_cache->bytes();
+    return m;
+  }
+  const double block = s.paged->block_bytes();
+  m.blocks_used = int64_t(s.paged->blocks_used());
+  m.blocks_unshared = int64_t(s.paged->blocks_unshared());
+  m.bytes_used = double(m.blocks_used) * block;
+  m.bytes_unshared = double(m.blocks_unshared) * block;
+  m.bytes_allocated = s.paged->allocated_bytes();
+  return m;
 }
 
 }  // namespace kiln

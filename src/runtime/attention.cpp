@@ -1,0 +1,330 @@
+#include "runtime/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/sliding_window.h"
+#include "runtime/soft_cap.h"
+
+namespace kiln {
+namespace {
+
+// ALiBi (Press et al. 2022): the score of the query at key position n-1 with key j gets
+// slope * (j - (n-1)), a penalty linear in the distance. (llama.cpp adds the same, as
+// slope * -|i - j| in its mask; a per-row constant such as slope * j would give the same
+// softmax but larger values to round.)
+void add_alibi(float* row, size_t n, float slope) {
+  for (size_t j = 0; j < n; ++j) row[j] += slope * float(int64_t(j) - int64_t(n - 1));
+}
+// The same for a block of keys that starts `first` positions after the query (<= 0).
+void add_alibi(float* row, size_t n, float slope, int64_t first) {
+  for (size_t j = 0; j < n; ++j) row[j] += slope * float(first + int64_t(j));
+}
+
+// Head h's slope: the geometric sequence 2^(-8/n), 2^(-16/n), ... for max_bias 8 over the
+// largest power of two n <= n_heads; the remaining heads take the odd terms of the
+// sequence for 2n (the paper's rule, computed in float as ggml's soft_max does).
+std::vector<float> slopes_of(const ModelConfig& c) {
+  if (c.positions != Positions::alibi) return {};
+  const uint32_t n_pow2 = 1u << uint32_t(std::floor(std::log2(double(c.n_heads))));
+  const float m0 = std::pow(2.0f, -c.max_alibi_bias / float(n_pow2));
+  const float m1 = std::pow(2.0f, -(c.max_alibi_bias / 2.0f) / float(n_pow2));
+  std::vector<float> slopes(c.n_heads);
+  for (uint32_t h = 0; h < c.n_heads; ++h)
+    slopes[h] = h < n_pow2 ? std::pow(m0, float(h + 1)) : std::pow(m1, float(2 * (h - n_pow2) + 1));
+  return slopes;
+}
+
+}  // namespace
+
+Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx,
+                     int n_threads, const KvCache* cache, const PagedKv* paged)
+    : c_(c), ops_(kernels::ops()), window_(window), flash_(flash), n_ctx_(n_ctx), cache_(cache), paged_(paged),
+      alibi_slope_(slopes_of(c)) {
+  k_type_ = cache ? cache->shape().k_type : paged->shape().k_type;
+  v_type_ = cache ? cache->shape().v_type : paged->shape().v_type;
+  v_transposed_ = cache ? cache->shape().v_transposed : paged->shape().v_transposed;
+  k_row_bytes_ = KvCache::row_bytes(k_type_, size_t(c.n_kv_heads) * c.head_dim);
+  elem_ = v_transposed_ ? KvCache::row_bytes(v_type_, 1) : 0;
+  const size_t threads = size_t(n_threads);
+  if (flash) {
+    tile_scratch_.resize(threads * tile_floats());
+    return;
+  }
+  scores_.resize(threads * kQueryBlock * n_ctx);
+  if (cache && !cache->shape().layer_ctx.empty()) ring_out_.resize(threads * kQueryBlock * c.head_dim);
+  if (paged) gathered_.resize(threads * c.head_dim * n_ctx * elem_);
+}
+
+template <typename F>
+void Attention::runs(size_t l, int32_t seq, size_t p0, size_t p1, F&& f) const {
+  if (paged_) return paged_->for_each_run(l, seq, p0, p1, f);
+  cache_->for_each_run(l, p0, p1, [&](size_t p, size_t slot, size_t n) {
+    f(p, cache_->k_row(l, slot), v_transposed_ ? cache_->vt(l) + slot * elem_ : cache_->v_row(l, slot), n);
+  });
+}
+
+size_t Attention::v_stride(size_t l) const {
+  if (paged_) return paged_->v_stride();
+  return v_transposed_ ? cache_->vt_row_bytes(l) : cache_->v_row_bytes();
+}
+
+bool Attention::one_run(size_t l, size_t p0, size_t p1) const {
+  if (p1 <= p0) return true;
+  if (paged_) return p0 / paged_->block() == (p1 - 1) / paged_->block();
+  return cache_->slot(l, p0) + (p1 - p0) <= cache_->capacity(l);
+}
+
+size_t Attention::tile_room(size_t l, size_t j0) const {
+  return paged_ ? kTileKeys : cache_->capacity(l) - cache_->slot(l, j0);
+}
+
+// S = Q K^T for nb query rows (x, row stride ldx) of KV head kvh against the keys of
+// positions [lo, lo + n_keys): S[b][j] is position lo + j. One gemm per run.
+void Attention::scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, size_t ldx, size_t nb, float* S,
+                          size_t lo, size_t n_keys) const {
+  const size_t head = KvCache::row_bytes(k_type_, kvh * c_.head_dim);
+  runs(l, seq, lo, lo + n_keys, [&](size_t p, const uint8_t* k, const uint8_t*, size_t n) {
+    ops_.gemm({k_type_, k + head, k_row_bytes_, x, ldx, S + (p - lo), n_keys, c_.head_dim, nb, 0, n});
+  });
+}
+
+// Values of KV head kvh, positions [lo, lo + n), as one row of n values per dimension
+// (row d at dst + d * n * elem_): what one P V gemm reads when they span several blocks.
+void Attention::gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, uint8_t* dst) const {
+  const size_t hd = c_.head_dim, stride = v_stride(l), row = n * elem_;
+  runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t*, const uint8_t* v, size_t m) {
+    const uint8_t* src = v + kvh * hd * stride;
+    for (size_t d = 0; d < hd; ++d) std::memcpy(dst + d * row + (p - lo) * elem_, src + d * stride, m * elem_);
+  });
+}
+
+// out = S V over the same positions (transposed values). Contiguous: in place, a wrapped
+// ring's second run added from tmp ([nb][head_dim]); paged: gathered first when the range
+// spans blocks, so the sum over positions runs in the same order as the contiguous one.
+void Attention::scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys,
+                         float* out, size_t ldo, float* tmp, uint8_t* gathered) const {
+  const size_t hd = c_.head_dim, stride = v_stride(l);
+  if (paged_ && !one_run(l, lo, lo + n_keys)) {
+    gather_values(l, seq, kvh, lo, n_keys, gathered);
+    ops_.gemm({v_type_, gathered, n_keys * elem_, S, n_keys, out, ldo, n_keys, nb, 0, hd});
+    return;
+  }
+  runs(l, seq, lo, lo + n_keys, [&](size_t p, const uint8_t*, const uint8_t* v, size_t n) {
+    v += kvh * hd * stride;
+    if (p == lo) return ops_.gemm({v_type_, v, stride, S, n_keys, out, ldo, n, nb, 0, hd});
+    ops_.gemm({v_type_, v, stride, S + (p - lo), n_keys, tmp, hd, n, nb, 0, hd});
+    for (size_t b = 0; b < nb; ++b) ops_.add(out + b * ldo, tmp + b * hd, out + b * ldo, hd);
+  });
+}
+
+// Keys of head kvh as floats, [n][head_dim], for keys whose blocks span heads.
+void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const {
+  const size_t hd = c_.head_dim;
+  runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
+    for (size_t i = 0; i < m; ++i) KvCache::decode_row(k_type_, k + i * k_row_bytes_, kvh * hd, hd, out + (p - lo + i) * hd);
+  });
+}
+
+// Values of head kvh (stored by position) as floats transposed, [head_dim][n].
+void Attention::values_to_f32_transposed(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const {
+  const size_t hd = c_.head_dim, stride = v_stride(l);
+  float row[512];  // head_dim <= 512 (KvCache::check)
+  runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t*, const uint8_t* v, size_t m) {
+    for (size_t i = 0; i < m; ++i) {
+      KvCache::decode_row(v_type_, v + i * stride, kvh * hd, hd, row);
+      for (size_t e = 0; e < hd; ++e) out[e * n + (p - lo + i)] = row[e];
+    }
+  });
+}
+
+void Attention::run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
+  if (flash_) tiled(pool, l, spans, q, out);
+  else direct(pool, l, spans, q, out);
+}
+
+// With the values transposed in the cache: one head per task, blocks of queries at a
+// time, as two gemms: S = Q K^T (then scaled, softmaxed over the keys each query may
+// see, zero elsewhere), and O = S V. On a sliding-window layer S covers only the keys
+// some query of the block sees.
+void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
+  const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd;
+  const size_t group = c_.n_heads / c_.n_kv_heads;  // query heads sharing one KV head
+  const float scale = attention_scale(c_), cap = c_.attn_softcap;
+  const uint32_t W = window_[l];
+  const auto tmp_of = [&](int tid) { return ring_out_.empty() ? nullptr : &ring_out_[size_t(tid) * kQueryBlock * hd]; };
+  const auto gathered_of = [&](int tid) {
+    return gathered_.empty() ? nullptr : &gathered_[size_t(tid) * hd * n_ctx_ * elem_];
+  };
+  const auto heads = [&](int tid, int nth) {
+    float* S = &scores_[size_t(tid) * kQueryBlock * n_ctx_];  // [nb][n_keys]
+    for (size_t h = tid; h < c_.n_heads; h += nth) {
+      const size_t kvh = h / group;
+      for (const QuerySpan& sp : spans)
+        for (size_t b0 = 0; b0 < sp.n; b0 += kQueryBlock) {
+          const size_t nb = std::min(kQueryBlock, sp.n - b0);
+          const size_t lo = window_start(sp.pos + b0, W);  // what the block's first query sees
+          const size_t n_keys = sp.pos + b0 + nb - lo;     // to what its last one sees
+          const size_t row0 = sp.row + b0;
+          scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
+          for (size_t b = 0; b < nb; ++b) {
+            const size_t p = sp.pos + b0 + b, first = window_start(p, W) - lo, visible = p + 1 - lo - first;
+            float* row = S + b * n_keys;
+            std::fill(row, row + first, 0.0f);
+            ops_.scale(row + first, scale, visible);
+            if (cap > 0) soft_cap(row + first, visible, cap);
+            if (!alibi_slope_.empty()) add_alibi(row + first, visible, alibi_slope_[h]);
+            ops_.softmax(row + first, visible);
+            std::fill(row + first + visible, row + n_keys, 0.0f);
+          }
+          scores_v(l, sp.seq, kvh, S, nb, lo, n_keys, &out[row0 * q_dim + h * hd], q_dim, tmp_of(tid), gathered_of(tid));
+        }
+    }
+  };
+  // Decoding one token per sequence: the query heads that share a KV head form one batch,
+  // so each key and value row is read once per token, by one thread, in one gemm
+  // (per-head gemms read the cache once per query head, strided, and it is cold: the
+  // weights streamed since the previous token evicted it). Tasks are (sequence, KV head,
+  // slice of its query heads), enough of them for every thread.
+  const size_t parts = std::max<size_t>(1, (size_t(pool.size()) + c_.n_kv_heads - 1) / c_.n_kv_heads);
+  const auto kv_groups = [&](int tid, int nth) {
+    float* S = &scores_[size_t(tid) * kQueryBlock * n_ctx_];
+    for (size_t t = tid; t < spans.size() * c_.n_kv_heads * parts; t += nth) {
+      const QuerySpan& sp = spans[t / (c_.n_kv_heads * parts)];
+      const size_t kvh = t / parts % c_.n_kv_heads, part = t % parts;
+      const size_t lo = window_start(sp.pos, W), n_keys = sp.pos + 1 - lo;
+      const size_t g_end = (part + 1) * group / parts;
+      for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
+        const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
+        scores_qk(l, sp.seq, kvh, &q[sp.row * q_dim + h0 * hd], hd, nh, S, lo, n_keys);
+        for (size_t i = 0; i < nh; ++i) {
+          ops_.scale(S + i * n_keys, scale, n_keys);
+          if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
+          if (!alibi_slope_.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope_[h0 + i]);
+          ops_.softmax(S + i * n_keys, n_keys);
+        }
+        scores_v(l, sp.seq, kvh, S, nh, lo, n_keys, &out[sp.row * q_dim + h0 * hd], hd, tmp_of(tid), gathered_of(tid));
+      }
+    }
+  };
+  // As in matmul: tiny work is cheaper on one thread than waking the pool.
+  size_t work = 0;
+  bool decode = true;
+  for (const QuerySpan& sp : spans) work += sp.n * (sp.pos + sp.n), decode = decode && sp.n == 1;
+  const bool one_thread = c_.n_heads * work * hd < 32 * 1024 || pool.size() == 1;
+  if (decode) one_thread ? kv_groups(0, 1) : pool.run(kv_groups);
+  else one_thread ? heads(0, 1) : pool.run(heads);
+}
+
+size_t Attention::tile_floats() const {
+  const size_t hd = c_.head_dim;
+  // Q rows, O rows, a block of O, scores, keys as floats, values transposed, max and sum.
+  return 3 * kTileRows * hd + kTileRows * kTileKeys + 2 * kTileKeys * hd + 2 * kTileRows;
+}
+
+// Tiled attention (FlashAttention's online softmax): a task takes some query heads of
+// one KV head and a block of queries of one span, and walks the keys a block at a time,
+// keeping per row the running max m, the running sum l of exp(s - m) and the output
+// scaled to that max. Each key and value block is read once per task, whatever its type.
+void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
+  const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd, group = c_.n_heads / c_.n_kv_heads;
+  const float scale = attention_scale(c_), cap = c_.attn_softcap;
+  const bool k_by_head = KvCache::is_one_value(k_type_) || hd % 32 == 0;
+  const uint32_t W = window_[l];
+  // Tasks: (span, KV head, part of its query heads, block of queries), at least one per thread.
+  const size_t n_qblocks_min = 1;
+  size_t parts = std::max<size_t>((group + kTileRows - 1) / kTileRows,
+                                  (size_t(pool.size()) + c_.n_kv_heads * n_qblocks_min - 1) / (c_.n_kv_heads * n_qblocks_min));
+  parts = std::min(parts, group);
+  const size_t heads_per_part = (group + parts - 1) / parts;
+  const size_t nb_max = std::max<size_t>(1, kTileRows / heads_per_part);
+  size_t n_tasks = 0, work = 0;
+  for (const QuerySpan& sp : spans) n_tasks += c_.n_kv_heads * parts * ((sp.n + nb_max - 1) / nb_max), work += sp.n * (sp.pos + sp.n);
+
+  const auto run = [&](int tid, int nth) {
+    float* Qs = &tile_scratch_[size_t(tid) * tile_floats()];  // [rows][hd]
+    float* O = Qs + kTileRows * hd;                           // [rows][hd]
+    float* Ob = O + kTileRows * hd;                           // [rows][hd]
+    float* S = Ob + kTileRows * hd;                           // [rows][nk]
+    float* Kf = S + kTileRows * kTileKeys;                    // [nk][hd]
+    float* Vt = Kf + kTileKeys * hd;                          // [hd][nk] floats, or gathered values
+    float* m = Vt + kTileKeys * hd;                           // [rows]
+    float* lsum = m + kTileRows;                              // [rows]
+    size_t span_i = 0, span_first = 0;  // the span of task t: tasks [span_first, ...) are span_i's
+    for (size_t t = tid; t < n_tasks; t += nth) {
+      size_t n_qblocks = (spans[span_i].n + nb_max - 1) / nb_max;
+      while (t >= span_first + c_.n_kv_heads * parts * n_qblocks) {
+        span_first += c_.n_kv_heads * parts * n_qblocks;
+        n_qblocks = (spans[++span_i].n + nb_max - 1) / nb_max;
+      }
+      const QuerySpan& sp = spans[span_i];
+      const size_t u = t - span_first;
+      const size_t kvh = u / (parts * n_qblocks), part = u / n_qblocks % parts, qb = u % n_qblocks;
+      const size_t g0 = part * group / parts, nh = (part + 1) * group / parts - g0;
+      const size_t b0 = qb * nb_max, nb = std::min(nb_max, sp.n - b0), rows = nh * nb;
+      // Row i is query head kvh * group + g0 + i / nb at batch position b0 + i % nb.
+      const auto q_row = [&](size_t i) { return (sp.row + b0 + i % nb) * q_dim + (kvh * group + g0 + i / nb) * hd; };
+      for (size_t i = 0; i < rows; ++i) {
+        std::copy_n(&q[q_row(i)], hd, Qs + i * hd);
+        std::fill_n(O + i * hd, hd, 0.0f);
+        m[i] = -INFINITY, lsum[i] = 0.0f;
+      }
+      // Key positions from what the block's first query sees to what its last one sees,
+      // in blocks that never cross the end of a ring.
+      const size_t n_keys = sp.pos + b0 + nb;
+      for (size_t j0 = window_start(sp.pos + b0, W), nk = 0; j0 < n_keys; j0 += nk) {
+        nk = std::min({kTileKeys, n_keys - j0, tile_room(l, j0)});
+        if (k_by_head) {
+          scores_qk(l, sp.seq, kvh, Qs, hd, rows, S, j0, nk);
+        } else {
+          keys_to_f32(l, sp.seq, kvh, j0, nk, Kf);
+          ops_.gemm({TensorType::F32, Kf, hd * sizeof(float), Qs, hd, S, nk, hd, rows, 0, nk});
+        }
+        for (size_t i = 0; i < rows; ++i) {
+          float* s_row = S + i * nk;
+          const size_t p = sp.pos + b0 + i % nb;  // this query sees keys [window_start, p]
+          const size_t a_pos = std::max(j0, window_start(p, W)), e_pos = std::min(j0 + nk, p + 1);
+          const size_t a = a_pos - j0, visible = e_pos > a_pos ? e_pos - a_pos : 0;
+          if (visible > 0) {
+            float* vis = s_row + a;
+            ops_.scale(vis, scale, visible);
+            if (cap > 0) soft_cap(vis, visible, cap);
+            if (!alibi_slope_.empty())
+              add_alibi(vis, visible, alibi_slope_[kvh * group + g0 + i / nb], int64_t(j0 + a) - int64_t(p));
+            float block_max = vis[0];
+            for (size_t j = 1; j < visible; ++j) block_max = std::max(block_max, vis[j]);
+            const float m_new = std::max(m[i], block_max);
+            const float correction = std::exp(m[i] - m_new);  // 0 for the first block
+            lsum[i] = lsum[i] * correction + ops_.exp_sum(vis, visible, m_new);
+            if (correction != 1.0f) ops_.scale(O + i * hd, correction, hd);
+            m[i] = m_new;
+          }
+          std::fill(s_row, s_row + (visible ? a : 0), 0.0f);
+          std::fill(s_row + (visible ? a + visible : 0), s_row + nk, 0.0f);
+        }
+        if (!v_transposed_) {
+          values_to_f32_transposed(l, sp.seq, kvh, j0, nk, Vt);
+          ops_.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
+        } else if (one_run(l, j0, j0 + nk)) {  // the block of each dimension's row, read in place
+          runs(l, sp.seq, j0, j0 + nk, [&](size_t, const uint8_t*, const uint8_t* v, size_t) {
+            ops_.gemm({v_type_, v + kvh * hd * v_stride(l), v_stride(l), S, nk, Ob, hd, nk, rows, 0, hd});
+          });
+        } else {
+          uint8_t* gathered = reinterpret_cast<uint8_t*>(Vt);
+          gather_values(l, sp.seq, kvh, j0, nk, gathered);
+          ops_.gemm({v_type_, gathered, nk * elem_, S, nk, Ob, hd, nk, rows, 0, hd});
+        }
+        for (size_t i = 0; i < rows; ++i) ops_.add(O + i * hd, Ob + i * hd, O + i * hd, hd);
+      }
+      for (size_t i = 0; i < rows; ++i) {
+        ops_.scale(O + i * hd, 1.0f / lsum[i], hd);
+        std::copy_n(O + i * hd, hd, &out[q_row(i)]);
+      }
+    }
+  };
+  const bool one_thread = c_.n_heads * work * hd < 32 * 1024 || pool.size() == 1;
+  one_thread ? run(0, 1) : pool.run(run);
+}
+
+}  // namespace kiln

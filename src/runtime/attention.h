@@ -1,0 +1,95 @@
+#pragma once
+// Causal attention of a batch's queries over the KV cache, the same arithmetic whichever
+// layout holds the keys and values: the contiguous per-layer cache (KvCache, rings for
+// sliding windows) or the paged one (PagedKv, a block table per sequence). Both give the
+// keys and values of a range of positions as runs stored contiguously; Q K^T is a gemm per
+// run (each score depends only on its key row and query, kernels.h), and P V is one gemm
+// over the whole range, the paged values of several blocks first gathered into a row per
+// dimension. So a paged cache gives exactly the contiguous cache's results.
+//
+// A batch is a list of query spans: one span for a sequence's prefill or decode, or one
+// single-token span per sequence when several sequences decode together.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kiln/model.h"
+#include "runtime/kv_cache.h"
+#include "runtime/paged_kv.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+// Queries of one sequence at consecutive positions: rows [row, row + n) of Q and of the
+// output are positions pos..pos + n - 1 of sequence seq (0 for the contiguous cache).
+struct QuerySpan {
+  size_t row = 0, n = 0, pos = 0;
+  int32_t seq = 0;
+};
+
+// The factor of q . k: ModelConfig::attn_scale, or 1/sqrt(head_dim) when the family sets none.
+inline float attention_scale(const ModelConfig& c) {
+  return c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(float(c.head_dim));
+}
+
+class Attention {
+ public:
+  // Exactly one of cache and paged is given. window: per layer (0: global; a paged cache
+  // has none). flash: tiled attention with an online softmax instead of whole score rows.
+  Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx, int n_threads,
+            const KvCache* cache, const PagedKv* paged);
+
+  // out[row] = softmax(softcap(q[row] K^T * scale) (+ ALiBi)) V over the keys each query
+  // sees in layer l; q and out are [rows][n_heads * head_dim]. scale: attention_scale(c),
+  // softcap: ModelConfig::attn_softcap (0: none).
+  void run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
+
+  const std::vector<float>& alibi_slopes() const { return alibi_slope_; }  // [n_heads], empty without ALiBi
+
+ private:
+  // Positions [p0, p1) of a sequence as runs: f(first position, key row, values, length)
+  // (values as KvCache stores them: per dimension rows when transposed, else by position).
+  template <typename F>
+  void runs(size_t l, int32_t seq, size_t p0, size_t p1, F&& f) const;
+  size_t v_stride(size_t l) const;
+  bool one_run(size_t l, size_t p0, size_t p1) const;
+  // Keys that a tile starting at position j0 may span (a ring's end cuts it).
+  size_t tile_room(size_t l, size_t j0) const;
+
+  void scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, size_t ldx, size_t nb, float* S, size_t lo,
+                 size_t n_keys) const;
+  void scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys, float* out,
+                size_t ldo, float* tmp, uint8_t* gathered) const;
+  void gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, uint8_t* dst) const;
+  void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
+  void values_to_f32_transposed(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
+
+  void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
+  void tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
+  size_t tile_floats() const;
+
+  const ModelConfig& c_;
+  const kernels::Ops& ops_;
+  const std::vector<uint32_t>& window_;
+  const bool flash_;
+  const size_t n_ctx_;
+  const KvCache* cache_;
+  const PagedKv* paged_;
+  TensorType k_type_, v_type_;
+  bool v_transposed_;
+  size_t k_row_bytes_, elem_;  // elem_: bytes of one value when transposed
+  std::vector<float> alibi_slope_;
+
+  static constexpr size_t kQueryBlock = 64;  // queries whose scores are held at once
+  std::vector<float> scores_;    // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
+  std::vector<float> ring_out_;  // [n_threads][kQueryBlock][head_dim] a wrapped ring's second P V
+  std::vector<uint8_t> gathered_;  // [n_threads][head_dim][n_ctx] values of several blocks (paged, not flash)
+  // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
+  static constexpr size_t kTileRows = 256, kTileKeys = 256;
+  std::vector<float> tile_scratch_;  // [n_threads][tile_floats()]
+};
+
+}  // namespace kiln
