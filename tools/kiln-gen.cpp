@@ -1,5 +1,5 @@
-// kiln-gen: writes a llama or mpt GGUF (the shape says which) with seeded random weights
-// of a real model's shape, for benchmarks of models we cannot ship and for reference
+// kiln-gen: writes a GGUF of any family kiln runs (the shape says which) with seeded random
+// weights of a real model's shape, for benchmarks of models we cannot ship and for reference
 // files other engines run. The work is in src/model/generate_model.cpp.
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "model/generate_model.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a llama- or mpt-architecture GGUF with random weights of a real model's shape"};
+  CLI::App app{"Write a GGUF (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3 or mpt) with random weights of a real model's shape"};
   std::string shape_name, type_name = "f16", vocab_path, out_path;
   uint64_t seed = 1;
   uint32_t layers = 0;
@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
   bool qk_norm = false;
   app.add_flag("--qk-norm", qk_norm, "mpt: add Q/K LayerNorms (attn_q_norm, attn_k_norm; MPT's qk_ln)");
   uint32_t swa_window = 0, swa_pattern = 0;
-  app.add_option("--swa-window", swa_window, "llama: write attention.sliding_window (every layer slides)");
-  app.add_option("--swa-pattern", swa_pattern, "llama: write attention.sliding_window_pattern N (every Nth layer global)");
+  app.add_option("--swa-window", swa_window, "RoPE families: write attention.sliding_window (every layer slides)");
+  app.add_option("--swa-pattern", swa_pattern, "RoPE families: write attention.sliding_window_pattern N (every Nth layer global)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -48,9 +48,9 @@ int main(int argc, char** argv) {
       if (o.shape.arch != "mpt") throw kiln::Error("--qk-norm is for mpt shapes");
       o.shape.qk_norm = true;
     }
-    o.shape.swa_window = swa_window;
-    o.shape.swa_pattern = swa_pattern;
-    if (swa_pattern && !swa_window) throw kiln::Error("--swa-pattern needs --swa-window");
+    if (swa_pattern && !swa_window && !o.shape.swa_window) throw kiln::Error("--swa-pattern needs --swa-window");
+    if (swa_window) o.shape.swa_window = swa_window, o.shape.swa_pattern = 0;  // the shape's pattern goes with its window
+    if (swa_pattern) o.shape.swa_pattern = swa_pattern;
     o.type = *type;
     o.seed = seed;
 

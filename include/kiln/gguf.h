@@ -2,6 +2,7 @@
 // GGUF (versions 2 and 3) read over a read-only mmap, and written by tools and tests.
 // Every count, offset, dimension and length is validated with overflow-safe arithmetic;
 // a bad file throws kiln::Error naming the file and the field.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,7 +75,10 @@ class File {
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
+  // Every lookup of a present key (find, has, get_*) marks it read: unread_keys lists what
+  // a loader never asked about, i.e. what it ignores.
   const Value* find(std::string_view key) const;
+  std::vector<std::string> unread_keys(std::string_view prefix) const;
   const TensorInfo* find_tensor(std::string_view name) const;
   bool has(std::string_view key) const { return find(key) != nullptr; }
 
@@ -105,6 +109,7 @@ class File {
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
   std::map<std::string, size_t, std::less<>> kv_index_;
+  mutable std::unique_ptr<std::atomic<bool>[]> kv_read_;  // [kv_.size()]
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };

@@ -33,18 +33,23 @@ struct LayerWeights {
   WeightView attn_norm, attn_norm_b;  // [dim]; the bias only with LayerNorm
   WeightView wq, wk, wv, wo;     // [n_heads*head_dim][dim], [n_kv*head_dim][dim] x2, [dim][n_heads*head_dim]
   WeightView bq, bk, bv, bo;     // [n_heads*head_dim], [n_kv*head_dim] x2, [dim]
-  WeightView q_norm, q_norm_b;   // [n_heads*head_dim]: a norm over the whole Q row (MPT qk_ln)
-  WeightView k_norm, k_norm_b;   // [n_kv*head_dim]
+  // Q/K norms: [n_heads*head_dim] / [n_kv*head_dim] normalize a token's whole Q and K row
+  // (MPT's qk_ln); [head_dim] each head on its own (Qwen3, Gemma 3). The width says which.
+  WeightView q_norm, q_norm_b;
+  WeightView k_norm, k_norm_b;
+  WeightView attn_post_norm;     // [dim]: norms the attention output before the residual (Gemma 2/3)
   WeightView ffn_norm, ffn_norm_b;  // [dim]
   WeightView w_gate, w_up;       // [ffn][dim]; no gate when ffn is Ffn::gelu
   WeightView b_up;               // [ffn]
   WeightView w_down;             // [dim][ffn]
   WeightView b_down;             // [dim]
+  WeightView ffn_post_norm;      // [dim]: norms the FFN output before the residual (Gemma 2/3)
 };
 
 // What varies between families, as data the one forward pass reads.
 enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-mean)/std*w + b
-enum class Ffn { swiglu, gelu };         // down(silu(gate x) * up x), or down(gelu(up x + b)) + b
+// down(silu(gate x) * up x), down(gelu(up x + b)) + b, or down(gelu(gate x) * up x) (GeGLU, Gemma)
+enum class Ffn { swiglu, gelu, geglu };
 enum class Positions { rope, alibi };    // rotary Q/K, or ALiBi biases on the attention scores
 
 struct ModelConfig {
@@ -71,11 +76,23 @@ struct ModelConfig {
   Positions positions = Positions::rope;
   float max_alibi_bias = 0.0f;   // attention.max_alibi_bias: slopes 2^(-max_bias * i / n_heads) (Press et al. 2022)
   float clamp_kqv = 0.0f;        // attention.clamp_kqv: Q, K, V clamped to [-c, c] (0: off)
+  float embed_scale = 1.0f;      // token embeddings are multiplied by it (Gemma: sqrt(dim))
+  float attn_scale = 0.0f;       // scores are (q . k) * attn_scale; 0: 1/sqrt(head_dim)
+  // Soft-capping (Gemma 2): s -> cap * tanh(s / cap) on the scaled attention scores before
+  // the softmax, and on the final logits. 0: off.
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  // Sliding-window layers rotate with their own base and no scaling when this is set
+  // (Gemma 3: 10000 local, 1M global; rope.freq_base_swa). 0: every layer as rope_theta.
+  float rope_theta_swa = 0.0f;
   // Sliding-window attention, per layer: a query at position p sees keys in (p - W, p];
   // 0 = global. From attention.sliding_window (every layer, as Mistral) and, when given,
   // attention.sliding_window_pattern (which layers slide). Empty: no windows.
   std::vector<uint32_t> swa_window;
   uint32_t n_vocab = 0;
+  // <arch>.* metadata keys the architecture file never read (kiln info lists them): what
+  // a file says that kiln does not act on.
+  std::vector<std::string> ignored_keys;
   TensorType weight_type = TensorType::F32;  // the type most weight bytes have
 };
 

@@ -1,6 +1,8 @@
 // kiln info MODEL: what is in the file and what running it will need.
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "kiln/error.h"
@@ -101,11 +103,35 @@ int info(InfoOptions& o) {
   }
   if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
   else std::printf("rms eps:      %g\n", c.rms_eps);
-  std::printf("ffn:          %s\n", c.ffn == Ffn::gelu ? "GELU MLP" : "SwiGLU");
+  std::printf("ffn:          %s\n", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
   if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
+  // What sets the family apart from a plain Llama block, as the loader found it.
+  std::vector<std::string> parts;
+  const LayerWeights& L0 = model->layers[0];
+  if (L0.bq && c.norm == Norm::rms) parts.push_back("Q/K/V biases");
+  if (L0.q_norm) parts.push_back(L0.q_norm.cols == c.head_dim ? "per-head Q/K RMSNorm" : "Q/K norms over the whole row");
+  if (L0.attn_post_norm) parts.push_back("post-norms");
+  if (L0.wq.info == L0.wk.info) parts.push_back("fused QKV");  // row ranges of one tensor
+  if (L0.w_gate && L0.w_gate.info == L0.w_up.info) parts.push_back("fused gate/up");
+  char buf[96];
+  if (c.embed_scale != 1) std::snprintf(buf, sizeof buf, "embeddings x%g", c.embed_scale), parts.push_back(buf);
+  if (c.attn_scale > 0) std::snprintf(buf, sizeof buf, "query scale %g", c.attn_scale), parts.push_back(buf);
+  if (c.attn_softcap > 0) std::snprintf(buf, sizeof buf, "attention soft-cap %g", c.attn_softcap), parts.push_back(buf);
+  if (c.final_softcap > 0) std::snprintf(buf, sizeof buf, "final soft-cap %g", c.final_softcap), parts.push_back(buf);
+  if (c.rope_theta_swa > 0) std::snprintf(buf, sizeof buf, "window layers' RoPE base %g", c.rope_theta_swa), parts.push_back(buf);
+  if (!parts.empty()) {
+    std::string line;
+    for (const std::string& p : parts) line += (line.empty() ? "" : ", ") + p;
+    std::printf("features:     %s\n", line.c_str());
+  }
   const std::vector<uint32_t> windows = layer_windows(c, {});
   if (!describe_windows(windows).empty()) std::printf("sliding win:  %s\n", describe_windows(windows).c_str());
   std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
+  if (!c.ignored_keys.empty()) {
+    std::string keys;
+    for (const std::string& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    std::printf("ignored:      %s (metadata kiln's %s does not read)\n", keys.c_str(), c.arch.c_str());
+  }
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
   const uint32_t n_ctx = std::min<uint32_t>(c.n_ctx_train, 4096);

@@ -173,6 +173,7 @@ void File::parse() {
     kv_index_.emplace(key, kv_.size());
     kv_.emplace_back(std::move(key), std::move(v));
   }
+  kv_read_ = std::make_unique<std::atomic<bool>[]>(kv_.size());
 
   if (const Value* a = find("general.alignment")) {
     if (a->type != ValueType::UINT32) fail("general.alignment must be uint32, not " + std::string(value_type_name(a->type)));
@@ -233,7 +234,16 @@ void File::parse() {
 
 const Value* File::find(std::string_view key) const {
   auto it = kv_index_.find(key);
-  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+  if (it == kv_index_.end()) return nullptr;
+  kv_read_[it->second].store(true, std::memory_order_relaxed);
+  return &kv_[it->second].second;
+}
+
+std::vector<std::string> File::unread_keys(std::string_view prefix) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < kv_.size(); ++i)
+    if (kv_[i].first.starts_with(prefix) && !kv_read_[i].load(std::memory_order_relaxed)) out.push_back(kv_[i].first);
+  return out;
 }
 
 const TensorInfo* File::find_tensor(std::string_view name) const {

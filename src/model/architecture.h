@@ -25,17 +25,49 @@ WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n);
 // <prefix>attention.sliding_window (a window for every layer) and the optional
 // <prefix>attention.sliding_window_pattern into c.swa_window (needs c.n_layers): a number
 // N (every Nth layer global, llama.cpp's gemma rule) or an array of per-layer booleans
-// (true: sliding). Leaves it empty when the file has no window. src/models/sliding_window.cpp.
-void read_sliding_window(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+// (true: sliding). Leaves it empty when the file has no window. The defaults stand for
+// absent keys (Gemma 2 slides 4096 on every other layer unless told otherwise; pattern 0:
+// every layer). src/models/sliding_window.cpp.
+void read_sliding_window(const gguf::File& f, const std::string& prefix, ModelConfig& c, uint32_t default_window = 0,
+                         uint32_t default_pattern = 0);
 // Layer l of a pattern of N slides unless it is the last of its group of N (N 0: all slide).
 inline bool swa_pattern_slides(uint32_t l, uint32_t n) { return n == 0 || l % n < n - 1; }
 
 // Architectures (one line each in src/models/registry.cpp).
 void load_llama(Model& model);
 void load_mpt(Model& model);
+void load_qwen2(Model& model);
+void load_qwen3(Model& model);
+void load_gemma(Model& model);
+void load_gemma2(Model& model);
+void load_gemma3(Model& model);
+void load_phi3(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
 void read_block_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+
+// Shared by the RoPE families (src/models/transformer.cpp), after read_block_shape:
+// attention.layer_norm_rms_epsilon, rope.freq_base, attention.key_length (head size, may
+// differ from dim / heads) and value_length, rope.dimension_count, RoPE scaling and
+// rope_freqs.weight. Not the sliding window: families differ in what they make of it.
+void read_rope_attention(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+// token_embd (sets n_vocab; checked against <arch>.vocab_size), output_norm, and
+// output.weight, or token_embd for it when the file has none or the family always ties.
+void read_embeddings(Model& model, bool always_tied = false);
+// Pre-norm blocks: attn_norm; attn_qkv (rows Q, K, V) or attn_q/k/v, each with an optional
+// bias; attn_output (+ optional bias); ffn_norm; ffn_gate/ffn_up/ffn_down. The options
+// add what some families require.
+struct BlockOptions {
+  bool qk_norm = false;        // attn_q_norm / attn_k_norm, [head_dim]: RMSNorm per head
+  bool post_norms = false;     // post_attention_norm / post_ffw_norm on each sublayer's output
+  bool fused_gate_up = false;  // ffn_up holds the gate's rows then the up rows; no ffn_gate
+};
+void read_blocks(Model& model, const BlockOptions& options);
+// The Gemma family's common part (src/models/gemma.cpp): shape and RoPE (halves), embeddings
+// scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.
+void read_gemma(Model& model, const BlockOptions& options);
+// The query scale of the 27B models, recognized by their layer count (gemma.cpp says why).
+void gemma_query_scale(ModelConfig& c, uint32_t n_layers_27b);
 
 }  // namespace kiln

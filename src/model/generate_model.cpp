@@ -1,4 +1,4 @@
-// Random-weight llama and mpt GGUFs. Speed matters for the 1.1B shape (a billion values): one
+// Random-weight GGUFs of every family kiln runs. Speed matters for the 1.1B shape (a billion values): one
 // splitmix64 draw gives two 24-bit uniforms, and values are converted chunk by chunk into
 // the tensor's bytes, so the only large allocation is the file's own tensor data.
 #include "model/generate_model.h"
@@ -28,7 +28,62 @@ const ModelShape kShapes[] = {
     // (m1) are used, head size 12 and FFN 260 for SIMD tails. clamp_kqv 1.0 cuts ~20% of
     // the Q/K/V values at --weight-std 0.1.
     {"mpt-tiny", 72, 3, 6, 6, 260, 128, 10000.0f, 1e-5f, "mpt", 8.0f, 1.0f, true, false},
+    // One tiny model per family for the llama.cpp references in tests/data/families: each
+    // has its family's distinguishing parts, GQA, and a head size no SIMD width divides or
+    // one that differs from dim / heads. Real hyperparameters where they are structural
+    // (RoPE bases, eps); windows and soft-caps small enough to act on a 24-token prompt at
+    // --weight-std 0.1.
+    // Qwen2: Q/K/V biases, RoPE halves, base 1e6.
+    {.name = "qwen2-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen2", .biases = true},
+    // Qwen3: per-head Q/K RMSNorm, heads x head size (4 x 32) wider than dim.
+    {.name = "qwen3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
+    // Llama 3.1: base 500000, rope_freqs.weight (kiln-gen --tied for Llama 3.2's tied
+    // output). The factors are computed for an original context of 64 instead of 8192, so
+    // that they act on pairs that turn noticeably within a short prompt.
+    {.name = "llama3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 192, .n_ctx = 256,
+     .rope_theta = 500000.0f, .rms_eps = 1e-5f, .arch = "llama", .rope_freqs_orig_ctx = 64},
+    // Gemma: GeGLU, embeddings x sqrt(dim), multi-query attention, head size 32 (dim 64 / 4 heads is 16).
+    {.name = "gemma-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .arch = "gemma", .head_dim = 32},
+    // Gemma 2: post-norms, window 6 on every other layer, attention and final soft-caps.
+    {.name = "gemma2-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .arch = "gemma2", .swa_window = 6, .swa_pattern = 2, .head_dim = 32,
+     .attn_softcap = 1.5f, .final_softcap = 3.0f},
+    // Gemma 3: per-head Q/K norms, post-norms, window 6 with every 3rd layer global, local
+    // RoPE base 10000 unscaled, global 1e6 with linear scaling x8.
+    {.name = "gemma3-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "gemma3", .swa_window = 6, .swa_pattern = 3, .head_dim = 32,
+     .rope_theta_swa = 10000.0f, .rope_linear = 8.0f},
+    // Phi-3: fused QKV and gate/up, RoPE halves, GQA (as Phi-3 medium), untied output.
+    {.name = "phi3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3"},
 };
+
+bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
+bool rope_family(const std::string& arch) {
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" || is_gemma(arch);
+}
+uint32_t head_dim_of(const ModelShape& s) { return s.head_dim ? s.head_dim : s.dim / s.n_heads; }
+
+// Llama 3.1's rope_freqs: pairs turning more than high_freq_factor times over the original
+// context keep their frequency, those turning fewer than low_freq_factor times are slowed
+// by `factor`, a smooth blend in between (Meta's apply_scaling). Stored as divisors.
+std::vector<float> llama3_freq_factors(uint32_t n_rot, double base, double orig) {
+  const double factor = 8, low = 1, high = 4, pi = 3.14159265358979323846;
+  std::vector<float> out(n_rot / 2);
+  for (uint32_t i = 0; i < n_rot / 2; ++i) {
+    const double wavelen = 2 * pi * std::pow(base, 2.0 * i / n_rot);
+    if (wavelen < orig / high) out[i] = 1.0f;
+    else if (wavelen > orig / low) out[i] = float(factor);
+    else {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      out[i] = float(1.0 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
 
 // splitmix64: a full-period 64-bit generator that passes BigCrush and costs a few cycles.
 struct SplitMix64 {
@@ -91,8 +146,9 @@ void check_shape(const ModelShape& s) {
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if (s.arch != "llama" && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");
-  if (s.arch == "llama" && (s.dim / s.n_heads) % 2) bad("the head size must be even for RoPE");
+  if (!rope_family(s.arch) && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");
+  if (rope_family(s.arch) && head_dim_of(s) % 2) bad("the head size must be even for RoPE");
+  if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
   if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
 }
@@ -128,7 +184,7 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
   w.set("general.architecture", Value::of_string(s.arch));
   w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
   w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
-  const uint32_t head_dim = s.dim / s.n_heads;
+  const uint32_t head_dim = head_dim_of(s);
   w.set(a + "context_length", Value::of_u32(s.n_ctx));
   w.set(a + "embedding_length", Value::of_u32(s.dim));
   w.set(a + "block_count", Value::of_u32(s.n_layers));
@@ -143,10 +199,21 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
     w.set(a + "attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
     w.set(a + "rope.dimension_count", Value::of_u32(head_dim));
+    if (s.head_dim) {
+      w.set(a + "attention.key_length", Value::of_u32(head_dim));
+      w.set(a + "attention.value_length", Value::of_u32(head_dim));
+    }
     if (s.swa_window > 0) {
       w.set(a + "attention.sliding_window", Value::of_u32(s.swa_window));
       if (s.swa_pattern > 0) w.set(a + "attention.sliding_window_pattern", Value::of_u32(s.swa_pattern));
     }
+    if (s.rope_theta_swa > 0) w.set(a + "rope.freq_base_swa", Value::of_f32(s.rope_theta_swa));
+    if (s.rope_linear > 0) {
+      w.set(a + "rope.scaling.type", Value::of_string("linear"));
+      w.set(a + "rope.scaling.factor", Value::of_f32(s.rope_linear));
+    }
+    if (s.attn_softcap > 0) w.set(a + "attn_logit_softcapping", Value::of_f32(s.attn_softcap));
+    if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", Value::of_f32(s.final_softcap));
   }
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   for (const auto& [key, value] : vocab.metadata())
@@ -168,10 +235,18 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
                  kv_dim = uint64_t(s.n_kv_heads) * head_dim, ffn = s.ffn_dim;
+  const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
   norm("output_norm.weight");
   if (mpt) bias("output_norm.bias", dim);
-  if (!o.tie_output) matrix("output.weight", n_vocab, dim);
+  if (!o.tie_output && !gemma) matrix("output.weight", n_vocab, dim);
+  if (s.rope_freqs_orig_ctx) {
+    const std::vector<float> f = llama3_freq_factors(head_dim, s.rope_theta, s.rope_freqs_orig_ctx);
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    w.add_tensor("rope_freqs.weight", TensorType::F32, {f.size()}, std::move(bytes));
+  }
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     if (mpt) {
@@ -196,14 +271,31 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
       continue;
     }
     norm(b + "attn_norm.weight");
-    matrix(b + "attn_q.weight", q_dim, dim);
-    matrix(b + "attn_k.weight", kv_dim, dim);
-    matrix(b + "attn_v.weight", kv_dim, dim);
+    if (phi3) {
+      matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, dim);
+    } else {
+      matrix(b + "attn_q.weight", q_dim, dim);
+      bias(b + "attn_q.bias", q_dim);
+      matrix(b + "attn_k.weight", kv_dim, dim);
+      bias(b + "attn_k.bias", kv_dim);
+      matrix(b + "attn_v.weight", kv_dim, dim);
+      bias(b + "attn_v.bias", kv_dim);
+    }
+    if (qk_norm) {
+      norm(b + "attn_q_norm.weight", head_dim);
+      norm(b + "attn_k_norm.weight", head_dim);
+    }
     matrix(b + "attn_output.weight", dim, q_dim);
+    if (post_norms) norm(b + "post_attention_norm.weight");
     norm(b + "ffn_norm.weight");
-    matrix(b + "ffn_gate.weight", ffn, dim);
-    matrix(b + "ffn_up.weight", ffn, dim);
+    if (phi3) {
+      matrix(b + "ffn_up.weight", 2 * ffn, dim);  // gate rows, then up rows
+    } else {
+      matrix(b + "ffn_gate.weight", ffn, dim);
+      matrix(b + "ffn_up.weight", ffn, dim);
+    }
     matrix(b + "ffn_down.weight", dim, ffn);
+    if (post_norms) norm(b + "post_ffw_norm.weight");
   }
   return w;
 }

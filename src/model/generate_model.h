@@ -1,6 +1,8 @@
 #pragma once
-// Llama- and MPT-architecture GGUF files with seeded random weights of a real model's shape: the
-// benchmark stand-in for models we cannot ship, and tiny models tests build on the fly.
+// GGUF files of every family kiln runs (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3,
+// mpt) with seeded random weights of a real model's shape: the benchmark stand-in for
+// models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
+// reference logits were computed on (tests/data/families).
 // Used by tools/kiln-gen.cpp and tests; the numbers are noise, the shapes and the file
 // layout are exactly what a converted checkpoint of that shape would have.
 #include <cstdint>
@@ -23,20 +25,30 @@ struct ModelShape {
   uint32_t n_ctx = 0;       // context_length
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;         // of every norm (RMSNorm, or MPT's LayerNorm)
-  std::string arch = "llama";    // the layout written: "llama" or "mpt"
+  std::string arch = "llama";    // general.architecture: the family whose layout is written
   // MPT only.
   float max_alibi_bias = 0.0f;   // attention.max_alibi_bias
   float clamp_kqv = 0.0f;        // attention.clamp_kqv (0: not written)
-  bool biases = false;           // every optional bias: norms, QKV, attention output, FFN
-  bool qk_norm = false;          // attn_q_norm / attn_k_norm (LayerNorms over Q and K)
-  // Llama only: attention.sliding_window (0: not written) and, when not 0,
+  // mpt: every optional bias (norms, QKV, attention output, FFN); qwen2: the Q/K/V biases.
+  bool biases = false;
+  bool qk_norm = false;          // mpt: attn_q_norm / attn_k_norm (LayerNorms over Q and K)
+  // RoPE families: attention.sliding_window (0: not written) and, when not 0,
   // attention.sliding_window_pattern (every Nth layer global).
   uint32_t swa_window = 0;
   uint32_t swa_pattern = 0;
+  // RoPE families.
+  uint32_t head_dim = 0;         // attention.key_length/value_length when not 0 (else dim / n_heads)
+  float attn_softcap = 0.0f;     // gemma2: attn_logit_softcapping (0: not written)
+  float final_softcap = 0.0f;    // gemma2/3: final_logit_softcapping (0: not written)
+  float rope_theta_swa = 0.0f;   // rope.freq_base_swa (0: not written)
+  float rope_linear = 0.0f;      // rope.scaling.type linear with this factor (0: not written)
+  // When not 0: rope_freqs.weight with Llama 3.1's rule (factor 8, low/high frequency
+  // factors 1 and 4) for this original context (Llama 3.1: 8192).
+  uint32_t rope_freqs_orig_ctx = 0;
 };
 
-// The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny");
-// nullopt if unknown.
+// The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",
+// and a tiny one per family: "qwen2-tiny", "llama3-tiny", ...); nullopt if unknown.
 std::optional<ModelShape> find_shape(const std::string& name);
 std::vector<std::string> shape_names();
 
@@ -51,7 +63,7 @@ struct GenerateOptions {
   // model. Tests use a jitter so that a runtime ignoring the norm weights is caught.
   // Biases (shape.biases) are uniform with weight_std, around 0.
   double norm_jitter = 0.0;
-  bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd)
+  bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd); Gemma always does
 };
 
 // Builds the file in memory: <arch>.* hyperparameters from the shape, every tokenizer.*

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -101,9 +102,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
   if (!arch) {
     std::string known;
     for (const auto& n : architecture_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(path + ": unknown architecture '" + c.arch + "' (kiln supports: " + known + ")");
+    throw Error(path + ": unsupported architecture '" + c.arch + "' (supported: " + known + ")");
   }
   arch->load(*model);
+  c.ignored_keys = f.unread_keys(c.arch + ".");
 
   const std::string p = c.arch + ".";
   if (c.n_layers == 0) throw Error(path + ": " + p + "block_count is 0");
@@ -118,6 +120,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
   if (c.positions == Positions::alibi && !(c.max_alibi_bias > 0))
     throw Error(path + ": " + p + "attention.max_alibi_bias must be positive for ALiBi");
   if (!(c.clamp_kqv >= 0)) throw Error(path + ": " + p + "attention.clamp_kqv must not be negative");
+  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !std::isfinite(c.attn_softcap) || !std::isfinite(c.final_softcap))
+    throw Error(path + ": " + p + "attn_logit_softcapping and final_logit_softcapping must be positive (or 0: off)");
+  if (!(c.rope_theta_swa >= 0) || !std::isfinite(c.rope_theta_swa))
+    throw Error(path + ": " + p + "rope.freq_base_swa must be positive");
 
   model->tokenizer_ = Tokenizer::from_gguf(f);
   if (model->tokenizer_->n_vocab() > (int32_t)c.n_vocab)
@@ -178,6 +184,8 @@ uint64_t Model::hash_weights() const {
     h.u64(float_bits(c.max_alibi_bias));
     h.u64(float_bits(c.clamp_kqv));
   }
+  if (c.embed_scale != 1 || c.attn_scale != 0 || c.attn_softcap != 0 || c.final_softcap != 0 || c.rope_theta_swa != 0)
+    for (float v : {c.embed_scale, c.attn_scale, c.attn_softcap, c.final_softcap, c.rope_theta_swa}) h.u64(float_bits(v));
   h.u64(file_->tensors().size());
   constexpr uint64_t kSample = 4096;
   for (const gguf::TensorInfo& t : file_->tensors()) {

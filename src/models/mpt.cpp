@@ -42,13 +42,8 @@ void load_mpt(Model& model) {
     return model.weight(name, std::move(dims), /*required=*/false);
   };
 
-  model.token_embd = model.weight("token_embd.weight", {dim, 0});
-  c.n_vocab = (uint32_t)model.token_embd.rows;
-  const uint64_t vocab = c.n_vocab;
-  model.output_norm = model.weight("output_norm.weight", {dim});
+  read_embeddings(model);  // tied when output.weight is absent (every MPT checkpoint)
   model.output_norm_b = optional("output_norm.bias", {dim});
-  model.output = optional("output.weight", {dim, vocab});
-  if (!model.output) model.output = model.token_embd;  // tied embeddings (every MPT checkpoint)
 
   model.layers.resize(c.n_layers);
   for (uint32_t l = 0; l < c.n_layers; ++l) {

@@ -5,6 +5,12 @@ namespace {
 
 constexpr Architecture kArchitectures[] = {
     {"llama", load_llama},
+    {"qwen2", load_qwen2},
+    {"qwen3", load_qwen3},
+    {"gemma", load_gemma},
+    {"gemma2", load_gemma2},
+    {"gemma3", load_gemma3},
+    {"phi3", load_phi3},
     {"mpt", load_mpt},
 };
 

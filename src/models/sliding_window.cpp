@@ -9,13 +9,18 @@
 
 namespace kiln {
 
-void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig& c) {
-  const uint64_t window = f.get_uint(p + "attention.sliding_window", 0);
+void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig& c, uint32_t default_window,
+                         uint32_t default_pattern) {
+  const uint64_t window = f.get_uint(p + "attention.sliding_window", default_window);
   const gguf::Value* pattern = f.find(p + "attention.sliding_window_pattern");
   if (window == 0) return;  // a pattern without a window slides nothing
   if (window > UINT32_MAX) throw Error(f.path() + ": " + p + "attention.sliding_window " + std::to_string(window) + " is too large");
   c.swa_window.assign(c.n_layers, uint32_t(window));
-  if (!pattern) return;
+  if (!pattern) {
+    for (uint32_t l = 0; l < c.n_layers; ++l)
+      if (!swa_pattern_slides(l, default_pattern)) c.swa_window[l] = 0;
+    return;
+  }
   const auto bad = [&](const std::string& why) {
     throw Error(f.path() + ": " + p + "attention.sliding_window_pattern " + why);
   };

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "runtime/sliding_window.h"
+#include "runtime/soft_cap.h"
 
 namespace kiln {
 namespace {
@@ -154,7 +155,7 @@ void Attention::run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans
 void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
   const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd;
   const size_t group = c_.n_heads / c_.n_kv_heads;  // query heads sharing one KV head
-  const float scale = 1.0f / std::sqrt((float)hd);
+  const float scale = attention_scale(c_), cap = c_.attn_softcap;
   const uint32_t W = window_[l];
   const auto tmp_of = [&](int tid) { return ring_out_.empty() ? nullptr : &ring_out_[size_t(tid) * kQueryBlock * hd]; };
   const auto gathered_of = [&](int tid) {
@@ -176,6 +177,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
             float* row = S + b * n_keys;
             std::fill(row, row + first, 0.0f);
             ops_.scale(row + first, scale, visible);
+            if (cap > 0) soft_cap(row + first, visible, cap);
             if (!alibi_slope_.empty()) add_alibi(row + first, visible, alibi_slope_[h]);
             ops_.softmax(row + first, visible);
             std::fill(row + first + visible, row + n_keys, 0.0f);
@@ -202,6 +204,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
         scores_qk(l, sp.seq, kvh, &q[sp.row * q_dim + h0 * hd], hd, nh, S, lo, n_keys);
         for (size_t i = 0; i < nh; ++i) {
           ops_.scale(S + i * n_keys, scale, n_keys);
+          if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
           if (!alibi_slope_.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope_[h0 + i]);
           ops_.softmax(S + i * n_keys, n_keys);
         }
@@ -230,7 +233,7 @@ size_t Attention::tile_floats() const {
 // scaled to that max. Each key and value block is read once per task, whatever its type.
 void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
   const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd, group = c_.n_heads / c_.n_kv_heads;
-  const float scale = 1.0f / std::sqrt((float)hd);
+  const float scale = attention_scale(c_), cap = c_.attn_softcap;
   const bool k_by_head = KvCache::is_one_value(k_type_) || hd % 32 == 0;
   const uint32_t W = window_[l];
   // Tasks: (span, KV head, part of its query heads, unit), at least one per thread. A
@@ -312,6 +315,7 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
           if (visible > 0) {
             float* vis = s_row + a;
             ops_.scale(vis, scale, visible);
+            if (cap > 0) soft_cap(vis, visible, cap);
             if (!alibi_slope_.empty())
               add_alibi(vis, visible, alibi_slope_[kvh * group + g0 + i / nb], int64_t(j0 + a) - int64_t(p));
             float block_max = vis[0];

@@ -9,6 +9,7 @@
 //
 // A batch is a list of query spans: one span for a sequence's prefill or decode, or one
 // single-token span per sequence when several sequences decode together.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -29,6 +30,11 @@ struct QuerySpan {
   int32_t seq = 0;
 };
 
+// The factor of q . k: ModelConfig::attn_scale, or 1/sqrt(head_dim) when the family sets none.
+inline float attention_scale(const ModelConfig& c) {
+  return c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(float(c.head_dim));
+}
+
 class Attention {
  public:
   // Exactly one of cache and paged is given. window: per layer (0: global; a paged cache
@@ -36,8 +42,9 @@ class Attention {
   Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx, int n_threads,
             const KvCache* cache, const PagedKv* paged);
 
-  // out[row] = softmax(q[row] K^T / sqrt(head_dim) (+ ALiBi)) V over the keys each query
-  // sees in layer l; q and out are [rows][n_heads * head_dim].
+  // out[row] = softmax(softcap(q[row] K^T * scale) (+ ALiBi)) V over the keys each query
+  // sees in layer l; q and out are [rows][n_heads * head_dim]. scale: attention_scale(c),
+  // softcap: ModelConfig::attn_softcap (0: none).
   void run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
 
   const std::vector<float>& alibi_slopes() const { return alibi_slope_; }  // [n_heads], empty without ALiBi

@@ -101,21 +101,21 @@ class KvCache {
   void values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
 
   // Context shift: positions [n_keep + n_discard, n_past) move to n_keep.. in every
-  // layer. Values move as they are; each moved key row goes through rerotate (floats,
-  // kv_dim of them) on its way, so RoPE can be turned back by n_discard positions.
+  // layer. Values move as they are; each moved key row goes through rerotate (its layer,
+  // and kv_dim floats) on its way, so RoPE can be turned back by n_discard positions.
   // A ring layer is rebuilt from the rows it still holds (held_from() says which are
   // left; the caller checks that its window needs no more).
-  template <typename Rerotate>  // rerotate(float* k_row)
+  template <typename Rerotate>  // rerotate(size_t layer, float* k_row)
   void shift(size_t n_keep, size_t n_discard, size_t n_past, Rerotate&& rerotate) {
     float row[kMaxRow];
     for (size_t l = 0; l < s_.n_layers; ++l) {
       if (is_ring(l)) {
-        shift_ring(l, n_keep, n_discard, n_past, rerotate);
+        shift_ring(l, n_keep, n_discard, n_past, [&](float* r) { rerotate(l, r); });
         continue;
       }
       for (size_t pos = n_keep + n_discard; pos < n_past; ++pos) {
         keys_to_f32(l, pos, 1, 0, s_.kv_dim, row, s_.kv_dim);
-        rerotate(row);
+        rerotate(l, row);
         store_key(l, pos - n_discard, row);
       }
       move_values(l, n_keep, n_discard, n_past);
@@ -125,9 +125,9 @@ class KvCache {
 
   // Eviction: position kept[i] moves to i in every layer (kept ascending, so kept[i] >= i
   // and rows only move down), every other position is forgotten. Each moved key row goes
-  // through rerotate(row, kept[i] - i) so RoPE can be turned back by the distance that
-  // row moved; values move as they are (per dimension row when transposed).
-  template <typename Rerotate>  // rerotate(float* k_row, size_t delta)
+  // through rerotate(layer, row, kept[i] - i) so RoPE can be turned back by the distance
+  // that row moved; values move as they are (per dimension row when transposed).
+  template <typename Rerotate>  // rerotate(size_t layer, float* k_row, size_t delta)
   void compact(const int32_t* kept, size_t n_kept, Rerotate&& rerotate) {
     float row[kMaxRow];
     for (size_t l = 0; l < s_.n_layers; ++l) {
@@ -135,7 +135,7 @@ class KvCache {
         const size_t from = size_t(kept[i]);
         if (from == i) continue;
         keys_to_f32(l, from, 1, 0, s_.kv_dim, row, s_.kv_dim);
-        rerotate(row, from - i);
+        rerotate(l, row, from - i);
         store_key(l, i, row);
       }
       gather_values(l, kept, n_kept);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "runtime/soft_cap.h"
 
 namespace kiln {
 namespace {
@@ -41,7 +42,6 @@ size_t attention_score_scratch_floats(size_t n_ctx, size_t head_dim) { return kQ
 void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops& ops, ThreadPool& pool) {
   const size_t hd = a.head_dim, q_dim = a.n_heads * hd, group = a.n_heads / a.n_kv_heads;
   const size_t n_ctx = a.cache.n_ctx(), n_total = a.pos0 + a.B;
-  const float scale = 1.0f / std::sqrt((float)hd);
   const size_t scratch_floats = attention_score_scratch_floats(n_ctx, hd);
   const auto heads = [&](int tid, int nth) {
     float* S = a.scratch + size_t(tid) * scratch_floats;  // [nb][n_keys]
@@ -61,7 +61,8 @@ void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops
         for (size_t b = 0; b < nb; ++b) {
           float* row = S + b * n_keys;
           const size_t visible = a.pos0 + b0 + b + 1;
-          ops.scale(row, scale, visible);
+          ops.scale(row, a.scale, visible);
+          if (a.softcap > 0) soft_cap(row, visible, a.softcap);
           if (a.alibi_slope)  // as the attention adds it: slope * (j - (visible - 1))
             for (size_t j = 0; j < visible; ++j) row[j] += a.alibi_slope[h] * float(int64_t(j) - int64_t(visible - 1));
           ops.softmax(row, visible);

@@ -3,7 +3,9 @@
 // RMSNorm -> SwiGLU FFN -> residual) -> final RMSNorm -> logits.
 // A call processes a batch of tokens at once (prefill is matrix x matrix).
 // Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
-// optional biases, Q/K/V clamping and Q/K norms, ALiBi instead of RoPE, GELU MLP.
+// optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
+// RoPE, GELU MLP or GeGLU, scaled embeddings, post-norms, a final soft-cap, a second RoPE
+// table for sliding-window layers (the attention's scale and soft-cap: runtime/attention.h).
 #include "kiln/session.h"
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "runtime/paged_kv.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
+#include "runtime/soft_cap.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -114,6 +117,10 @@ struct Session::Impl {
 
   uint64_t positions_id = 0;  // KvStateDesc::positions
   std::vector<float> rope_cos_sin;  // [n_ctx][n_rot/2][2]
+  // The model's sliding-window layers' own table when they rotate with another base
+  // (ModelConfig::rope_theta_swa), else empty. It ignores the session's RoPE overrides:
+  // those stretch the global layers' context, the local ones never see past their window.
+  std::vector<float> rope_cos_sin_swa;  // [n_ctx][n_rot/2][2]
   // Activations for one batch of B <= n_batch tokens, row-major by token.
   std::vector<float> x;       // [B][dim]    residual stream
   std::vector<float> xb;      // [B][dim]    normed input of a sublayer
@@ -129,7 +136,7 @@ struct Session::Impl {
   // with track_attention, the attention each cached position has received (H2O), a
   // per-head sum for the current layer and the score pass's scratch.
   std::vector<int32_t> kept;
-  std::vector<float> back_rot;
+  std::vector<float> back_rot, back_rot_swa;  // for layers of rope_cos_sin and of rope_cos_sin_swa
   std::vector<float> att_score, head_score, score_scratch;
 
   void contiguous_only(const char* what) const {
@@ -177,7 +184,14 @@ struct Session::Impl {
     const RopeConfig rope_config = resolve_rope(c, p.rope);
     positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
+    if (c.rope_theta_swa > 0) {
+      RopeConfig local;
+      local.n_rot = c.n_rot;
+      local.freq_base = c.rope_theta_swa;
+      rope_cos_sin_swa = rope_cos_sin_table(local, n_ctx);
+    }
     back_rot.resize(size_t(c.n_rot / 2) * 2);
+    back_rot_swa.resize(back_rot.size());
     kept.reserve(size_t(n_ctx));
   }
 
@@ -256,6 +270,12 @@ struct Session::Impl {
     pool.parallel_for(B, 1, [&](size_t b0, size_t b1) { ops.prepare(type, in, k, k, b0, b1, dst); });
   }
 
+  // The cos/sin table layer l rotates with.
+  const std::vector<float>& rope_table(size_t l) const {
+    const bool local = !rope_cos_sin_swa.empty() && l < c.swa_window.size() && c.swa_window[l] > 0;
+    return local ? rope_cos_sin_swa : rope_cos_sin;
+  }
+
   void embed(int32_t token, float* out) {
     const uint8_t* row = static_cast<const uint8_t*>(model.token_embd.data) + size_t(token) * model.token_embd.row_bytes;
     switch (model.token_embd.type) {
@@ -264,6 +284,7 @@ struct Session::Impl {
       case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
       default: kernels::ref::dequantize_row(model.token_embd.type, row, out, c.dim); break;
     }
+    if (c.embed_scale != 1.0f) ops.scale(out, c.embed_scale, c.dim);
   }
 
   // out[b] = norm(in[b]) * w (+ bias) for B rows of n floats: the family's norm.
@@ -314,14 +335,16 @@ struct Session::Impl {
         };
         clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
       }
-      if (L.q_norm) {  // qk_ln: a norm over each token's whole Q row and whole K row
-        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), q_dim, B);
-        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kv_dim, B);
+      if (L.q_norm) {  // over each token's whole Q and K rows (qk_ln), or over each head
+        const size_t qn = L.q_norm.cols, kn = L.k_norm.cols;
+        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), qn, B * q_dim / qn);
+        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
       }
+      const std::vector<float>& rope = rope_table(l);
       for (const QuerySpan& sp : spans)
         for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
           if (c.positions == Positions::rope) {
-            const float* cs = &rope_cos_sin[pos * (c.n_rot / 2) * 2];
+            const float* cs = &rope[pos * (c.n_rot / 2) * 2];
             ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
             ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
           }
@@ -332,17 +355,22 @@ struct Session::Impl {
       if (track)
         accumulate_attention_scores({*kv_cache, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
                                      attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
-                                     score_scratch.data(),
+                                     attention_scale(c), c.attn_softcap, score_scratch.data(),
                                      head_score.data(), att_score.data()},
                                     ops, pool);
       matmul(L.wo, att.data(), xb.data(), B);
       add_bias(xb.data(), L.bo, dim, B);
+      if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
 
       norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
       if (c.ffn == Ffn::swiglu) {
         matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
         for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        ops.gelu(hb.data(), hb.data(), B * ffn);
+        for (size_t i = 0; i < B * ffn; ++i) hb[i] *= hb2[i];
       } else {
         matmul(L.w_up, xb.data(), hb.data(), B);
         add_bias(hb.data(), L.b_up, ffn, B);
@@ -350,6 +378,7 @@ struct Session::Impl {
       }
       matmul(L.w_down, hb.data(), xb.data(), B);
       add_bias(xb.data(), L.b_down, dim, B);
+      if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
       for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
     }
 
@@ -359,6 +388,7 @@ struct Session::Impl {
     const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
     norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
     matmul(model.output, xb.data(), logits_out, n_out);
+    if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
   }
 };
 
@@ -484,9 +514,11 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
   // its magnitude in) and mirrored, turns each kept key back that far.
   const size_t half = s.c.n_rot / 2;
   turn_back(&s.rope_cos_sin[size_t(n_discard) * half * 2], half, s.back_rot.data());
+  if (!s.rope_cos_sin_swa.empty()) turn_back(&s.rope_cos_sin_swa[size_t(n_discard) * half * 2], half, s.back_rot_swa.data());
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
-  s.kv_cache->shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](float* k_row) {
-    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
+  s.kv_cache->shift(size_t(n_keep), size_t(n_discard), size_t(s.n_past), [&](size_t l, float* k_row) {
+    const float* back = &s.rope_table(l) == &s.rope_cos_sin ? s.back_rot.data() : s.back_rot_swa.data();
+    if (rope) s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, back, s.c.rope_neox);
   });
   if (!s.att_score.empty())
     std::copy(s.att_score.begin() + n_keep + n_discard, s.att_score.begin() + s.n_past, s.att_score.begin() + n_keep);
@@ -509,10 +541,15 @@ void Session::evict(std::span<const int32_t> positions) {
   if (positions.empty()) return;
   const bool rope = s.c.positions == Positions::rope && s.c.n_rot > 0;  // ALiBi needs nothing turned
   const size_t half = s.c.n_rot / 2;
-  size_t turned_for = 0;  // the distance back_rot undoes; rows moving the same distance share it
-  s.kv_cache->compact(s.kept.data(), s.kept.size(), [&](float* k_row, size_t delta) {
+  // The distance back_rot undoes and the table it came from; rows moving the same distance
+  // in layers of the same table share it.
+  size_t turned_for = 0;
+  const std::vector<float>* turned_table = nullptr;
+  s.kv_cache->compact(s.kept.data(), s.kept.size(), [&](size_t l, float* k_row, size_t delta) {
     if (!rope) return;
-    if (delta != turned_for) turn_back(&s.rope_cos_sin[delta * half * 2], half, s.back_rot.data()), turned_for = delta;
+    const std::vector<float>& table = s.rope_table(l);
+    if (delta != turned_for || &table != turned_table)
+      turn_back(&table[delta * half * 2], half, s.back_rot.data()), turned_for = delta, turned_table = &table;
     s.ops.rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);
   });
   if (!s.att_score.empty())
