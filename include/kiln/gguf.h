@@ -74,6 +74,11 @@ class File {
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
+  // Throws kiln::Error if the file on disk is no longer the one that was mapped (size,
+  // modification time or inode changed): a loader calls it once it has read what it
+  // needs, since a file rewritten in place meanwhile may have given it a mix of both.
+  void check_unchanged() const;
+
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
   bool has(std::string_view key) const { return find(key) != nullptr; }
@@ -82,6 +87,10 @@ class File {
   // present with an incompatible type -> an error naming the key and both types.
   uint64_t get_uint(std::string_view key) const;  // required
   uint64_t get_uint(std::string_view key, uint64_t fallback) const;
+  // The same, for values that must fit 32 bits (counts and sizes kept as uint32_t): a
+  // larger one is an error naming the key, never silently truncated.
+  uint32_t get_u32(std::string_view key) const;  // required
+  uint32_t get_u32(std::string_view key, uint32_t fallback) const;
   int64_t get_int(std::string_view key, int64_t fallback) const;
   double get_float(std::string_view key) const;   // required
   double get_float(std::string_view key, double fallback) const;
@@ -100,6 +109,8 @@ class File {
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
+  uint64_t inode_ = 0, device_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

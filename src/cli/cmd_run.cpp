@@ -55,8 +55,7 @@ int run(RunOptions& o) {
 
   bool ends_with_newline = true;
   const auto print = [&](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    write_stdout(text);
     ends_with_newline = text.back() == '\n';
   };
   GenerationStats st;
@@ -74,8 +73,7 @@ int run(RunOptions& o) {
                   session.n_threads(), sampler.seed());
     st = generator.generate(tokens, o.gen.n_predict, print);
   }
-  if (!ends_with_newline) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (!ends_with_newline) write_stdout("\n");
   if (st.stop == StopReason::context_full)
     spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c (or --context-shift)", session.n_ctx());
   if (st.n_discarded > 0)

@@ -31,6 +31,16 @@ uint64_t File::get_uint(std::string_view key, uint64_t fallback) const {
   return has(key) ? get_uint(key) : fallback;
 }
 
+uint32_t File::get_u32(std::string_view key) const {
+  const uint64_t v = get_uint(key);
+  if (v > UINT32_MAX) fail("metadata '" + std::string(key) + "' is " + std::to_string(v) + ", more than 32 bits");
+  return uint32_t(v);
+}
+
+uint32_t File::get_u32(std::string_view key, uint32_t fallback) const {
+  return has(key) ? get_u32(key) : fallback;
+}
+
 int64_t File::get_int(std::string_view key, int64_t fallback) const {
   const Value* v = find(key);
   if (!v) return fallback;

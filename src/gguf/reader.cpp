@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -128,6 +129,8 @@ std::unique_ptr<File> File::open(const std::string& path) {
     file->fail("not a regular file");
   }
   file->size_ = static_cast<uint64_t>(st.st_size);
+  file->mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  file->inode_ = st.st_ino, file->device_ = st.st_dev;
   if (file->size_ < 24) {
     ::close(fd);
     file->fail("file is " + std::to_string(file->size_) + " bytes, too small to be GGUF (truncated?)");
@@ -138,6 +141,15 @@ std::unique_ptr<File> File::open(const std::string& path) {
   file->base_ = static_cast<const uint8_t*>(map);
   file->parse();  // on throw, ~File unmaps
   return file;
+}
+
+void File::check_unchanged() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) fail(std::string("changed while loading: ") + std::strerror(errno));
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (uint64_t(st.st_size) != size_ || mtime_ns != mtime_ns_ || st.st_ino != inode_ || st.st_dev != device_)
+    fail("changed while loading (it was " + std::to_string(size_) + " bytes, now " + std::to_string(st.st_size) +
+         (uint64_t(st.st_size) == size_ ? ", rewritten" : "") + "): load it again once it is complete");
 }
 
 File::~File() {
@@ -228,6 +240,19 @@ void File::parse() {
            " bytes] lies past end of file (" + std::to_string(size_) + " bytes, data section at " +
            std::to_string(data_start) + ")");
     t.data = base_ + begin;
+  }
+  // Tensors sharing bytes are no converter's output; the runtime would read one tensor's
+  // weights as another's (and packing releases a tensor's pages once copied).
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const TensorInfo& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const TensorInfo& prev = *by_offset[k - 1];
+    if (by_offset[k]->offset < prev.offset + prev.n_bytes)  // both ends were checked above
+      fail("tensor '" + by_offset[k]->name + "' data [offset " + std::to_string(by_offset[k]->offset) +
+           "] overlaps tensor '" + prev.name + "' [offset " + std::to_string(prev.offset) + ", " +
+           std::to_string(prev.n_bytes) + " bytes]");
   }
 }
 

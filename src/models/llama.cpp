@@ -16,8 +16,9 @@ void load_llama(Model& model) {
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
     throw Error(f.path() + ": " + p + "embedding_length " + std::to_string(c.dim) +
                 " is not a multiple of attention.head_count " + std::to_string(c.n_heads));
-  c.head_dim = (uint32_t)f.get_uint(p + "attention.key_length", c.dim / c.n_heads);
-  c.n_rot = (uint32_t)f.get_uint(p + "rope.dimension_count", c.head_dim);
+  c.head_dim = f.get_u32(p + "attention.key_length", c.dim / c.n_heads);
+  if (c.head_dim == 0) throw Error(f.path() + ": " + p + "attention.key_length is 0");
+  c.n_rot = f.get_u32(p + "rope.dimension_count", c.head_dim);
   c.rope_neox = false;  // GGUF llama files store Q/K permuted for adjacent-pair rotation
   read_rope_scaling(f, p, c);
   read_sliding_window(f, p, c);

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -40,9 +43,61 @@ int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
   return int32_t(std::max<int64_t>(1, std::min<int64_t>(p.n_batch > 0 ? p.n_batch : 512, n_ctx)));
 }
 
-// The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size
-// refused with a clear message before any allocation when it could not fit in this
-// machine's memory.
+std::string human_bytes(double b) {
+  char s[32];
+  if (b >= double(1 << 30)) std::snprintf(s, sizeof s, "%.1f GiB", b / double(1 << 30));
+  else std::snprintf(s, sizeof s, "%.0f MiB", std::ceil(b / double(1 << 20)));
+  return s;
+}
+
+// What this process may still allocate: the machine's memory, or less where a limit says
+// so. Allocating past an address-space limit fails with a bare std::bad_alloc, and past a
+// container's limit the kernel kills the process: both are better refused up front.
+struct MemoryLimit {
+  double bytes = 0;  // 0: unknown
+  std::string what;
+};
+MemoryLimit memory_limit() {
+  MemoryLimit m{double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)), "this machine's memory"};
+  const auto lower = [&](double bytes, const char* what) {
+    if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m = {bytes, what};
+  };
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    // What is mapped already (the model file, thread stacks, libraries) counts against it.
+    double in_use = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      unsigned long pages = 0;
+      if (std::fscanf(f, "%lu", &pages) == 1) in_use = double(pages) * double(sysconf(_SC_PAGESIZE));
+      std::fclose(f);
+    }
+    lower(std::max(1.0, double(rl.rlim_cur) - in_use), "the address-space limit (ulimit -v) leaves");
+  }
+  if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    lower(double(rl.rlim_cur), "the data-size limit (ulimit -d) allows");
+  // cgroup v2: the group named in /proc/self/cgroup ("0::/path").
+  std::string group;
+  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "0::", 3) == 0) group.assign(line + 3, std::strcspn(line + 3, "\n"));
+    std::fclose(f);
+  }
+  for (const std::string& path : {"/sys/fs/cgroup" + group + "/memory.max", std::string("/sys/fs/cgroup/memory.max")}) {
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      double bytes = 0;
+      if (std::fscanf(f, "%lf", &bytes) == 1) lower(bytes, "the container's memory limit (cgroup memory.max) allows");
+      std::fclose(f);
+      break;
+    }
+  }
+  if (m.what == "this machine's memory") m.what += " is";
+  return m;
+}
+
+// The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size,
+// and that of the other buffers that grow with the context, refused with a clear message
+// before any allocation when it could not fit in the memory this process may use.
 KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std::vector<uint32_t>& windows) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
@@ -52,10 +107,16 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std:
   use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
   const double kv_bytes = KvCache::bytes_for(s);
-  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  if (ram > 0 && kv_bytes > ram)
-    throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
-                " GiB of KV cache, more than this machine's memory; lower -c or use a smaller cache type (-ctk/-ctv)");
+  const double threads = p.n_threads > 0 ? p.n_threads : physical_core_count();
+  // The RoPE table, the attention score rows (without tiled attention) and the list of
+  // kept positions also hold a float or an int per position.
+  const double per_pos = double(c.n_rot) * 4 + (use_flash(c, p) ? 0 : threads * 64 * 4) + 4;
+  const double needed = kv_bytes + per_pos * double(n_ctx);
+  const MemoryLimit limit = memory_limit();
+  if (limit.bytes > 0 && needed > limit.bytes)
+    throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + human_bytes(needed) + " (KV cache " +
+                human_bytes(kv_bytes) + "), more than " + limit.what + " " + human_bytes(limit.bytes) +
+                "; lower -c or use a smaller cache type (-ctk/-ctv)");
   return s;
 }
 
