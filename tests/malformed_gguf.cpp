@@ -37,8 +37,8 @@ void put_body(std::vector<uint8_t>& out, const Value& v, ValueType type) {
     case ValueType::STRING: put_string(out, v.s); break;
     case ValueType::ARRAY:
       put<uint32_t>(out, uint32_t(v.elem_type));
-      put<uint64_t>(out, v.items.size());
-      for (const Value& item : v.items) put_body(out, item, v.elem_type);
+      put<uint64_t>(out, v.size());
+      for (size_t k = 0; k < v.size(); ++k) put_body(out, v.at(k), v.elem_type);
       break;
   }
 }
@@ -200,15 +200,17 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   edit("tensor-count-2^64", {"tensor count 18446744073709551615"}, [](RawGguf& g) {
     g.override_counts = true, g.n_tensors = kHuge, g.n_kv = g.kv.size();
   });
-  edit("kv-count-2^64", {"metadata count 18446744073709551615"}, [](RawGguf& g) {
+  edit("kv-count-2^64", {"metadata count 18446744073709551608", "cannot fit"}, [](RawGguf& g) {
     g.override_counts = true, g.n_tensors = g.tensors.size(), g.n_kv = kHuge - 7;
   });
-  edit("kv-count-too-many", {"metadata key #"}, [](RawGguf& g) {
+  // One key more than there are: the first tensor's name is read as a key, its tensor
+  // count as the key's type, and what follows runs past the end.
+  edit("kv-count-too-many", {"truncated"}, [](RawGguf& g) {
     g.override_counts = true, g.n_tensors = g.tensors.size(), g.n_kv = g.kv.size() + 1;
   });
 
   // Truncated inside every section.
-  bytes("cut-in-first-key", {"metadata key #0", "truncated"}, prefix(layout.kv_begin + 5));
+  bytes("cut-after-header", {"metadata count 19 cannot fit in the file"}, prefix(layout.kv_begin + 5));
   bytes("cut-in-metadata", {"metadata", "truncated"}, prefix((layout.kv_begin + layout.tensors_begin) / 2));
   bytes("cut-in-tensor-table", {"tensor", "truncated"}, prefix((layout.tensors_begin + layout.data_begin) / 2));
   bytes("cut-before-data", {"past the end of the file"}, prefix(layout.data_begin - 1));

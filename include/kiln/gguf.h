@@ -19,9 +19,10 @@ enum class ValueType : uint32_t {
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
+size_t scalar_size(ValueType t);  // bytes of one element; 0 for STRING and ARRAY
 
 // One metadata value. Scalars keep their exact type; arrays hold their element type and
-// items (which may be arrays again).
+// elements (which may be arrays again): read them with size() and at().
 struct Value {
   ValueType type = ValueType::UINT32;
   uint64_t u = 0;     // UINT*, BOOL
@@ -29,7 +30,18 @@ struct Value {
   double f = 0;       // FLOAT*
   std::string s;      // STRING
   ValueType elem_type = ValueType::UINT8;  // ARRAY
-  std::vector<Value> items;                // ARRAY
+  // Arrays built in code (of_array) hold a Value per element in `items`. Arrays of scalars
+  // and strings read from a file stay packed instead: `packed` holds the elements' bytes
+  // as the file stores them (strings: their characters, one after the other, element k
+  // in [offsets[k], offsets[k + 1])). A Value per element would take up to 96 times the
+  // bytes the file spent on it, and a file could make the reader allocate that much.
+  std::vector<Value> items;
+  std::string packed;
+  std::vector<uint64_t> offsets;
+
+  size_t size() const;         // elements of an ARRAY
+  Value at(size_t k) const;    // element k of an ARRAY (k < size())
+  std::string_view string_at(size_t k) const;  // element k of an ARRAY of STRING
 
   bool is_integer() const;
   bool is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }

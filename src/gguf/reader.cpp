@@ -45,6 +45,19 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
+  // n bytes in place, past which the cursor moves.
+  const uint8_t* take(uint64_t n, const std::string& what) {
+    need(n, what);
+    const uint8_t* p = base_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  // Moves past a string, returning its length.
+  uint64_t skip_string(const std::string& what) {
+    const uint64_t len = read<uint64_t>(what + " length");
+    take(len, what + " (" + std::to_string(len) + " bytes)");
+    return len;
+  }
   std::string read_string(const std::string& what) {
     const uint64_t len = read<uint64_t>(what + " length");
     need(len, what + " (" + std::to_string(len) + " bytes)");
@@ -106,8 +119,32 @@ Value read_value(Cursor& cur, ValueType type, const std::string& what, int depth
       if (n > cur.remaining() / min_encoded_size(v.elem_type))
         fail(what + ": array of " + std::to_string(n) + " elements cannot fit in the " +
              std::to_string(cur.remaining()) + " bytes left in the file");
-      v.items.reserve(n);
-      for (uint64_t k = 0; k < n; ++k) v.items.push_back(read_value(cur, v.elem_type, what, depth + 1, fail));
+      if (const size_t width = scalar_size(v.elem_type)) {
+        const uint8_t* p = cur.take(n * width, what);
+        if (v.elem_type == ValueType::BOOL)
+          for (uint64_t k = 0; k < n; ++k)
+            if (p[k] > 1) fail(what + ": bool value " + std::to_string(p[k]) + " is neither 0 nor 1");
+        v.packed.assign(reinterpret_cast<const char*>(p), n * width);
+      } else if (v.elem_type == ValueType::STRING) {
+        // Lengths first, so that the characters get one allocation of their exact size.
+        Cursor scan = cur;
+        uint64_t chars = 0;
+        for (uint64_t k = 0; k < n; ++k) chars += scan.skip_string(what);
+        v.packed.reserve(chars);
+        v.offsets.reserve(n + 1);
+        v.offsets.push_back(0);
+        for (uint64_t k = 0; k < n; ++k) {
+          const uint64_t len = cur.read<uint64_t>(what);
+          v.packed.append(reinterpret_cast<const char*>(cur.take(len, what)), len);
+          v.offsets.push_back(v.packed.size());
+        }
+      } else {
+        // Arrays of arrays: no converter writes large ones, and each costs a whole Value.
+        if (n > cur.remaining() / sizeof(Value))
+          fail(what + ": " + std::to_string(n) + " nested arrays would take more memory than the file's size");
+        v.items.reserve(n);
+        for (uint64_t k = 0; k < n; ++k) v.items.push_back(read_value(cur, v.elem_type, what, depth + 1, fail));
+      }
       break;
     }
   }

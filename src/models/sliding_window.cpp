@@ -20,10 +20,10 @@ void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig&
     throw Error(f.path() + ": " + p + "attention.sliding_window_pattern " + why);
   };
   if (pattern->type == gguf::ValueType::ARRAY) {
-    if (pattern->items.size() != c.n_layers)
-      bad("has " + std::to_string(pattern->items.size()) + " entries for " + std::to_string(c.n_layers) + " layers");
+    if (pattern->size() != c.n_layers)
+      bad("has " + std::to_string(pattern->size()) + " entries for " + std::to_string(c.n_layers) + " layers");
     for (uint32_t l = 0; l < c.n_layers; ++l) {
-      const gguf::Value& v = pattern->items[l];
+      const gguf::Value v = pattern->at(l);
       if (!v.is_integer() && v.type != gguf::ValueType::BOOL) bad("must hold booleans");
       if (v.u == 0 && v.i == 0) c.swa_window[l] = 0;  // false: a global layer
     }

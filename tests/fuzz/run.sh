@@ -32,10 +32,11 @@ seed_dir="$build/seeds"
 make_seeds() {
   local t=$1 d="$seed_dir/$1"
   [ -d "$d" ] && return
+  rm -rf "$d.part"
   mkdir -p "$d.part"
   case $t in
     gguf)
-      "$build/malformed_gguf_gen" "$shared/models/stories260K.gguf" "$d.part"
+      "$build/tests/fuzz/malformed_gguf_gen" "$shared/models/stories260K.gguf" "$d.part"
       cp "$shared/models/stories260K.gguf" "$d.part/"
       ;;
     tokenizer)
@@ -105,7 +106,7 @@ for t in "${targets[@]}"; do
   [ "$t" = session_file ] && max_len=262144
   log="$build/fuzz-$t.log"
   echo "fuzz: $t for ${seconds}s" >&2
-  if ! "$build/fuzz_$t" "$corpus" "$seed_dir/$t" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+  if ! "$build/tests/fuzz/fuzz_$t" "$corpus" "$seed_dir/$t" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1; then
     status=1
     tail -40 "$log" >&2
