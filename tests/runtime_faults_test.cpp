@@ -33,7 +33,7 @@ constexpr bool kSanitized = false;
 #endif
 
 std::string model() { return shared_path("models/stories260K.gguf"); }
-std::string kiln() { return shell_quote(kiln_binary()); }
+std::string kiln_cmd() { return shell_quote(kiln_binary()); }
 
 // A fresh directory per test: scripts write out/err/code files there.
 std::string dir_for(const std::string& name) {
@@ -54,7 +54,9 @@ std::string model_copy(const std::string& dir) {
 std::string endless_args(const std::string& model_path, const std::string& extra = "") {
   return "run " + shell_quote(model_path) + " 'Once upon a time' -n 1000000 --ignore-eos --context-shift -c 64 --temp 0 " + extra;
 }
-std::string endless(const std::string& model_path) { return kiln() + " " + endless_args(model_path); }
+std::string endless(const std::string& model_path) { return kiln_cmd() + " " + endless_args(model_path); }
+
+std::string read_if_any(const std::string& path) { return std::filesystem::exists(path) ? read_file(path) : ""; }
 
 // A kiln process of our own: every signal at its default disposition (a shell would start
 // a background job with SIGINT ignored), stdin from a file, stdout and stderr to files.
@@ -62,7 +64,7 @@ class Child {
  public:
   Child(const std::string& args, const std::string& dir, const std::string& input = "") : dir_(dir) {
     write_file(dir + "/in", input);
-    const std::string cmd = "exec " + kiln() + " " + args + " <in >out 2>err";
+    const std::string cmd = "exec " + kiln_cmd() + " " + args + " <in >out 2>err";
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t all;
@@ -88,7 +90,8 @@ class Child {
   bool wait_for_output() const {
     for (int i = 0; i < 200; ++i) {
       std::error_code ec;
-      if (std::filesystem::file_size(dir_ + "/out", ec) > 0) return true;
+      const auto size = std::filesystem::file_size(dir_ + "/out", ec);
+      if (!ec && size > 0) return true;
       usleep(50000);
     }
     return false;
@@ -107,8 +110,9 @@ class Child {
     }
     return -1;
   }
-  std::string out() const { return read_file(dir_ + "/out"); }
-  std::string err() const { return read_file(dir_ + "/err"); }
+  // "" when the process was killed before its shell opened the file.
+  std::string out() const { return read_if_any(dir_ + "/out"); }
+  std::string err() const { return read_if_any(dir_ + "/err"); }
 
  private:
   std::string dir_;
@@ -119,34 +123,37 @@ class Child {
 }  // namespace
 
 TEST(RuntimeFaults, HugePredictCountStopsAtTheContext) {
-  const auto r = run_command(kiln() + " run " + shell_quote(model()) + " 'Once upon a time' -n 2147483647 --ignore-eos -c 64 --temp 0");
+  const auto r = run_command(kiln_cmd() + " run " + shell_quote(model()) + " 'Once upon a time' -n 2147483647 --ignore-eos -c 64 --temp 0");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("is full"), std::string::npos) << r.err;
   EXPECT_FALSE(trim(r.out).empty());
   // Past int32: a usage error, not a wrapped negative count.
-  const auto big = run_command(kiln() + " run " + shell_quote(model()) + " hi -n 99999999999999999999");
+  const auto big = run_command(kiln_cmd() + " run " + shell_quote(model()) + " hi -n 99999999999999999999");
   EXPECT_EQ(big.exit_code, 2) << big.err;
   EXPECT_TRUE(big.out.empty());
 }
 
 TEST(RuntimeFaults, ContextLargerThanMemoryIsRefusedBeforeAllocating) {
-  const auto r = run_command(kiln() + " run " + shell_quote(model()) + " hi -c 2000000000");
-  expect_one_line_error(r, 1, "a context of 2000000000 tokens needs 1192.1 GiB (KV cache 1192.1 GiB), more than");
+  // One thread: the attention score rows per position depend on the thread count.
+  const auto r = run_command(kiln_cmd() + " run " + shell_quote(model()) + " hi -t 1 -c 2000000000");
+  expect_one_line_error(r, 1, "a context of 2000000000 tokens needs 1736.0 GiB (KV cache 1192.1 GiB), more than the");
   EXPECT_NE(r.err.find("lower -c"), std::string::npos) << r.err;
   if (kSanitized) GTEST_SKIP() << "sanitizers reserve terabytes of address space: no ulimit -v";
   // Under an address-space limit of 2 GiB: 8M positions of f16 keys and values (640 bytes
   // each in stories260K) need 4.8 GiB. Without the check the allocation itself fails.
-  const std::string limited = "ulimit -v 2097152; exec " + kiln() + " run " + shell_quote(model()) + " 'Once upon a time' --temp 0 -n 8 ";
-  expect_one_line_error(run_command(limited + "-c 8000000"), 1, "needs 4.8 GiB (KV cache 4.8 GiB), more than the address-space limit");
+  const std::string limited = "ulimit -v 2097152; exec " + kiln_cmd() + " run " + shell_quote(model()) + " 'Once upon a time' --temp 0 -n 8 -t 1 ";
+  expect_one_line_error(run_command(limited + "-c 8000000"), 1, "needs 6.9 GiB (KV cache 4.8 GiB), more than the");
+  EXPECT_NE(run_command(limited + "-c 8000000").err.find("available (what the address-space limit, ulimit -v, leaves)"),
+            std::string::npos);
   const auto fits = run_command(limited + "-c 256");
   EXPECT_EQ(fits.exit_code, 0) << "the limit must leave room for a normal run: " << fits.err;
 }
 
 TEST(RuntimeFaults, InvalidUtf8OnStdin) {
   const std::string bad = "Once \xff\xfe upon a time";
-  expect_one_line_error(run_command(kiln() + " run " + shell_quote(model()) + " - -n 4", bad), 1, "UTF-8");
+  expect_one_line_error(run_command(kiln_cmd() + " run " + shell_quote(model()) + " - -n 4", bad), 1, "UTF-8");
   // In a chat the turn fails alone: one error line, and the next line is answered.
-  const auto chat = run_command("KILN_HISTORY= " + kiln() + " chat " + shell_quote(model()) + " -n 8 --temp 0 -c 128",
+  const auto chat = run_command("env KILN_HISTORY= " + kiln_cmd() + " chat " + shell_quote(model()) + " -n 8 --temp 0 -c 128",
                                 bad + "\nOnce upon a time\n");
   EXPECT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_NE(chat.err.find("UTF-8"), std::string::npos) << chat.err;
@@ -193,7 +200,7 @@ TEST(RuntimeFaults, ModelReplacedByRenameKeepsServingTheOldFile) {
   const std::string dir = dir_for("renamed");
   const std::string m = model_copy(dir);
   const std::string args = "run " + shell_quote(m) + " 'Once upon a time' -n 400 --ignore-eos -c 512 --temp 0 --quiet";
-  const auto reference = run_command(kiln() + " " + args);
+  const auto reference = run_command(kiln_cmd() + " " + args);
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   write_file(dir + "/other.gguf", "not a model");
   Child kiln_run(args, dir);
@@ -232,7 +239,7 @@ TEST(RuntimeFaults, ModelChangedDuringLoadIsRefused) {
 TEST(RuntimeFaults, DiskFullWhileSavingASessionKeepsTheOldFile) {
   const std::string dir = dir_for("disk-full");
   const std::string session = dir + "/chat.kses";
-  const std::string chat = "KILN_HISTORY= " + kiln() + " chat " + shell_quote(model()) + " -n 4 --temp 0 -c 128 --session " +
+  const std::string chat = "env KILN_HISTORY= " + kiln_cmd() + " chat " + shell_quote(model()) + " -n 4 --temp 0 -c 128 --session " +
                            shell_quote(session);
   ASSERT_EQ(run_command(chat, "Once upon a time\n").exit_code, 0);
   const std::string before = read_file(session);
@@ -276,7 +283,7 @@ TEST(RuntimeFaults, SigtermDuringAChatKeepsTheSessionFile) {
   const std::string dir = dir_for("sigterm-chat");
   const std::string session = dir + "/chat.kses";
   const std::string chat = "chat " + shell_quote(model()) + " --temp 0 -c 4096 --session " + shell_quote(session);
-  ASSERT_EQ(run_command("KILN_HISTORY= " + kiln() + " " + chat + " -n 4", "Once upon a time\n").exit_code, 0);
+  ASSERT_EQ(run_command("env KILN_HISTORY= " + kiln_cmd() + " " + chat + " -n 4", "Once upon a time\n").exit_code, 0);
   const std::string before = read_file(session);
   setenv("KILN_HISTORY", "", 1);
   Child kiln_chat(chat + " -n 1000000 --ignore-eos", dir, "The dog\n");
@@ -284,7 +291,7 @@ TEST(RuntimeFaults, SigtermDuringAChatKeepsTheSessionFile) {
   kiln_chat.signal(SIGTERM);
   EXPECT_EQ(kiln_chat.wait(), 128 + SIGTERM) << kiln_chat.err();
   EXPECT_TRUE(read_file(session) == before);
-  const auto resumed = run_command("KILN_HISTORY= " + kiln() + " " + chat + " -n 4", "The dog\n");
+  const auto resumed = run_command("env KILN_HISTORY= " + kiln_cmd() + " " + chat + " -n 4", "The dog\n");
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(resumed.err.find("error"), std::string::npos) << resumed.err;
 }

@@ -71,10 +71,10 @@ MemoryLimit memory_limit() {
       if (std::fscanf(f, "%lu", &pages) == 1) in_use = double(pages) * double(sysconf(_SC_PAGESIZE));
       std::fclose(f);
     }
-    lower(std::max(1.0, double(rl.rlim_cur) - in_use), "the address-space limit (ulimit -v) leaves");
+    lower(std::max(1.0, double(rl.rlim_cur) - in_use), "what the address-space limit, ulimit -v, leaves");
   }
   if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    lower(double(rl.rlim_cur), "the data-size limit (ulimit -d) allows");
+    lower(double(rl.rlim_cur), "the data-size limit, ulimit -d");
   // cgroup v2: the group named in /proc/self/cgroup ("0::/path").
   std::string group;
   if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
@@ -86,12 +86,11 @@ MemoryLimit memory_limit() {
   for (const std::string& path : {"/sys/fs/cgroup" + group + "/memory.max", std::string("/sys/fs/cgroup/memory.max")}) {
     if (FILE* f = std::fopen(path.c_str(), "r")) {
       double bytes = 0;
-      if (std::fscanf(f, "%lf", &bytes) == 1) lower(bytes, "the container's memory limit (cgroup memory.max) allows");
+      if (std::fscanf(f, "%lf", &bytes) == 1) lower(bytes, "the container's limit, cgroup memory.max");
       std::fclose(f);
       break;
     }
   }
-  if (m.what == "this machine's memory") m.what += " is";
   return m;
 }
 
@@ -115,8 +114,8 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std:
   const MemoryLimit limit = memory_limit();
   if (limit.bytes > 0 && needed > limit.bytes)
     throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + human_bytes(needed) + " (KV cache " +
-                human_bytes(kv_bytes) + "), more than " + limit.what + " " + human_bytes(limit.bytes) +
-                "; lower -c or use a smaller cache type (-ctk/-ctv)");
+                human_bytes(kv_bytes) + "), more than the " + human_bytes(limit.bytes) + " available (" + limit.what +
+                "); lower -c or use a smaller cache type (-ctk/-ctv)");
   return s;
 }
 
