@@ -37,7 +37,7 @@ TEST(AllocationCounter, SeesNewAndMalloc) {
   EXPECT_EQ(w.stop(), 2);  // the vector object and its buffer
   if (!test::AllocationWindow::counts_malloc()) return;
   AllocationWindow m;
-  void* p = std::malloc(64);
+  void* volatile p = std::malloc(64);  // volatile: the unused pair must not be elided
   std::free(p);
   EXPECT_EQ(m.stop(), 1);
 }

@@ -312,6 +312,10 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   edit("block-count-2^32-1", {"llama.block_count 4294967295"}, [](RawGguf& g) {
     g.set("llama.block_count", Value::of_u32(~0u));
   });
+  edit("block-count-2^32-1-sliding-window", {"llama.block_count 4294967295"}, [](RawGguf& g) {
+    g.set("llama.block_count", Value::of_u32(~0u));
+    g.set("llama.attention.sliding_window", Value::of_u32(16));  // per-layer windows come first
+  });
   edit("block-count-past-32-bits", {"'llama.block_count' is 4294967297"}, [](RawGguf& g) {
     g.set("llama.block_count", Value::of_u64((uint64_t(1) << 32) + 1));
   });

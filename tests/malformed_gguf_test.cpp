@@ -17,6 +17,11 @@
 using namespace kiln;
 using kiln::test::MalformedCase;
 
+namespace kiln::test {
+// Test names and failure messages show the case's name, not its bytes.
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.name; }
+}  // namespace kiln::test
+
 namespace {
 
 const gguf::File& vocab() {

@@ -31,6 +31,7 @@ class Cursor {
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
 
   void need(uint64_t n, const std::string& what) {
     if (n > remaining())
@@ -140,7 +141,7 @@ Value read_value(Cursor& cur, ValueType type, const std::string& what, int depth
         }
       } else {
         // Arrays of arrays: no converter writes large ones, and each costs a whole Value.
-        if (n > cur.remaining() / sizeof(Value))
+        if (n > cur.size() / sizeof(Value))
           fail(what + ": " + std::to_string(n) + " nested arrays would take more memory than the file's size");
         v.items.reserve(n);
         for (uint64_t k = 0; k < n; ++k) v.items.push_back(read_value(cur, v.elem_type, what, depth + 1, fail));

@@ -290,6 +290,17 @@ uint64_t Model::weight_bytes() const {
   return n;
 }
 
+void check_layer_count(const gguf::File& f, const ModelConfig& c) {
+  if (c.n_layers > f.tensors().size())
+    throw Error(f.path() + ": " + c.arch + ".block_count " + std::to_string(c.n_layers) +
+                " is more layers than the file's " + std::to_string(f.tensors().size()) + " tensors could hold");
+}
+
+void resize_layers(Model& model) {
+  check_layer_count(model.file(), model.config());
+  model.layers.resize(model.config().n_layers);
+}
+
 void read_block_shape(const gguf::File& f, const std::string& p, ModelConfig& c) {
   c.n_ctx_train = f.get_u32(p + "context_length");
   c.dim = f.get_u32(p + "embedding_length");
@@ -297,11 +308,6 @@ void read_block_shape(const gguf::File& f, const std::string& p, ModelConfig& c)
   c.ffn_dim = f.get_u32(p + "feed_forward_length");
   c.n_heads = f.get_u32(p + "attention.head_count");
   c.n_kv_heads = f.get_u32(p + "attention.head_count_kv", c.n_heads);
-  // Layers are sized before their tensors are looked up: a block count no file could
-  // hold tensors for must not reach that allocation.
-  if (c.n_layers > f.tensors().size())
-    throw Error(f.path() + ": " + p + "block_count " + std::to_string(c.n_layers) + " is more layers than the file's " +
-                std::to_string(f.tensors().size()) + " tensors could hold");
   for (const auto& [value, key] : {std::pair{c.dim, "embedding_length"}, {c.ffn_dim, "feed_forward_length"}})
     if (value == 0) throw Error(f.path() + ": " + p + key + " is 0");
 }

@@ -33,7 +33,7 @@ void load_llama(Model& model) {
   model.output = model.weight("output.weight", {dim, vocab}, /*required=*/false);
   if (!model.output) model.output = model.token_embd;  // tied embeddings
 
-  model.layers.resize(c.n_layers);
+  resize_layers(model);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights& L = model.layers[l];

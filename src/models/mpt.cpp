@@ -51,7 +51,7 @@ void load_mpt(Model& model) {
   model.output = optional("output.weight", {dim, vocab});
   if (!model.output) model.output = model.token_embd;  // tied embeddings (every MPT checkpoint)
 
-  model.layers.resize(c.n_layers);
+  resize_layers(model);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights& L = model.layers[l];

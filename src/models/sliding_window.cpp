@@ -14,6 +14,7 @@ void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig&
   const gguf::Value* pattern = f.find(p + "attention.sliding_window_pattern");
   if (window == 0) return;  // a pattern without a window slides nothing
   if (window > UINT32_MAX) throw Error(f.path() + ": " + p + "attention.sliding_window " + std::to_string(window) + " is too large");
+  check_layer_count(f, c);
   c.swa_window.assign(c.n_layers, uint32_t(window));
   if (!pattern) return;
   const auto bad = [&](const std::string& why) {
