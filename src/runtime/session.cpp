@@ -8,10 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -19,6 +17,7 @@
 #include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_evict.h"
+#include "runtime/memory_limit.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
 #include "runtime/thread_pool.h"
@@ -41,57 +40,6 @@ bool use_flash(const ModelConfig& c, const SessionParams& p) {
 
 int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
   return int32_t(std::max<int64_t>(1, std::min<int64_t>(p.n_batch > 0 ? p.n_batch : 512, n_ctx)));
-}
-
-std::string human_bytes(double b) {
-  char s[32];
-  if (b >= double(1 << 30)) std::snprintf(s, sizeof s, "%.1f GiB", b / double(1 << 30));
-  else std::snprintf(s, sizeof s, "%.0f MiB", std::ceil(b / double(1 << 20)));
-  return s;
-}
-
-// What this process may still allocate: the machine's memory, or less where a limit says
-// so. Allocating past an address-space limit fails with a bare std::bad_alloc, and past a
-// container's limit the kernel kills the process: both are better refused up front.
-struct MemoryLimit {
-  double bytes = 0;  // 0: unknown
-  std::string what;
-};
-MemoryLimit memory_limit() {
-  MemoryLimit m{double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)), "this machine's memory"};
-  const auto lower = [&](double bytes, const char* what) {
-    if (bytes > 0 && (m.bytes <= 0 || bytes < m.bytes)) m = {bytes, what};
-  };
-  struct rlimit rl {};
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    // What is mapped already (the model file, thread stacks, libraries) counts against it.
-    double in_use = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-      unsigned long pages = 0;
-      if (std::fscanf(f, "%lu", &pages) == 1) in_use = double(pages) * double(sysconf(_SC_PAGESIZE));
-      std::fclose(f);
-    }
-    lower(std::max(1.0, double(rl.rlim_cur) - in_use), "what the address-space limit, ulimit -v, leaves");
-  }
-  if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    lower(double(rl.rlim_cur), "the data-size limit, ulimit -d");
-  // cgroup v2: the group named in /proc/self/cgroup ("0::/path").
-  std::string group;
-  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f))
-      if (std::strncmp(line, "0::", 3) == 0) group.assign(line + 3, std::strcspn(line + 3, "\n"));
-    std::fclose(f);
-  }
-  for (const std::string& path : {"/sys/fs/cgroup" + group + "/memory.max", std::string("/sys/fs/cgroup/memory.max")}) {
-    if (FILE* f = std::fopen(path.c_str(), "r")) {
-      double bytes = 0;
-      if (std::fscanf(f, "%lf", &bytes) == 1) lower(bytes, "the container's limit, cgroup memory.max");
-      std::fclose(f);
-      break;
-    }
-  }
-  return m;
 }
 
 // The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size,
