@@ -1,5 +1,5 @@
 // Heap allocations on the per-token path: once a Session (and a Sampler) are warmed up,
-// decoding and sampling one more token must not allocate. This executable replaces the
+// decoding and sampling one more token must not allocate. alloc_hook.cpp replaces the
 // global operator new/delete and, on glibc without sanitizers, malloc itself, so memory
 // taken by any library (spdlog, the C++ runtime, the thread pool's callables) is counted.
 #include <gtest/gtest.h>
@@ -21,138 +21,13 @@
 #include "kiln/sampler.h"
 #include "kiln/session.h"
 #include "runtime/thread_pool.h"
+#include "alloc_hook.h"
 #include "test_util.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
-#define KILN_UNDER_SANITIZER 1
-#endif
-#endif
-// Sanitizers own malloc; then only operator new is counted.
-#if defined(__GLIBC__) && !defined(KILN_UNDER_SANITIZER)
-#define KILN_COUNT_MALLOC 1
-#endif
-
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC sees the malloc-backed new inlined next to free and warns; the pair is consistent.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_count{0};
-constexpr int kKept = 8;
-std::atomic<size_t> g_sizes[kKept];  // the first sizes seen, for the failure message
-
-void note(size_t n) noexcept {
-  if (!g_counting.load(std::memory_order_relaxed)) return;
-  const long i = g_count.fetch_add(1, std::memory_order_relaxed);
-  if (i < kKept) g_sizes[i].store(n, std::memory_order_relaxed);
-}
-
-}  // namespace
-
-#ifdef KILN_COUNT_MALLOC
-// glibc documents replacing malloc; these forward to its implementation.
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void* __libc_memalign(size_t, size_t);
-void __libc_free(void*);
-
-void* malloc(size_t n) noexcept {
-  note(n);
-  return __libc_malloc(n);
-}
-void* calloc(size_t n, size_t size) noexcept {
-  note(n * size);
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t n) noexcept {
-  note(n);
-  return __libc_realloc(p, n);
-}
-void* aligned_alloc(size_t align, size_t n) noexcept {
-  note(n);
-  return __libc_memalign(align, n);
-}
-int posix_memalign(void** out, size_t align, size_t n) noexcept {
-  note(n);
-  void* p = __libc_memalign(align, n);
-  if (!p) return ENOMEM;
-  *out = p;
-  return 0;
-}
-void free(void* p) noexcept { __libc_free(p); }
-}
-#endif
-
-namespace {
-// With malloc replaced it counts for operator new too; otherwise count here.
-void* raw_alloc(size_t n) noexcept {
-#ifndef KILN_COUNT_MALLOC
-  note(n);
-#endif
-  return std::malloc(n ? n : 1);
-}
-void* raw_aligned(size_t n, std::align_val_t a) noexcept {
-#ifndef KILN_COUNT_MALLOC
-  note(n);
-#endif
-  const size_t align = std::max(size_t(a), sizeof(void*));
-  return std::aligned_alloc(align, (std::max<size_t>(n, 1) + align - 1) / align * align);
-}
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = raw_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return raw_alloc(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return raw_alloc(n); }
-void* operator new(size_t n, std::align_val_t a) {
-  if (void* p = raw_aligned(n, a)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n, std::align_val_t a) { return operator new(n, a); }
-void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return raw_aligned(n, a); }
-void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return raw_aligned(n, a); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace kiln {
 namespace {
 
-// Counts allocations (on any thread) between construction and report().
-class AllocationWindow {
- public:
-  AllocationWindow() {
-    g_count.store(0);
-    g_counting.store(true);
-  }
-  ~AllocationWindow() { g_counting.store(false); }
-  long stop() {
-    g_counting.store(false);
-    return g_count.load();
-  }
-  // The sizes of the first allocations, to tell which buffer grew.
-  static std::string sizes() {
-    std::string s;
-    for (long i = 0; i < std::min<long>(g_count.load(), kKept); ++i) s += std::to_string(g_sizes[i].load()) + " ";
-    return s;
-  }
-};
+using test::AllocationWindow;
 
 // The counter itself must see allocations, or every expectation below passes vacuously.
 TEST(AllocationCounter, SeesNewAndMalloc) {
@@ -160,12 +35,11 @@ TEST(AllocationCounter, SeesNewAndMalloc) {
   std::vector<int>* v = new std::vector<int>(100);
   delete v;
   EXPECT_EQ(w.stop(), 2);  // the vector object and its buffer
-#ifdef KILN_COUNT_MALLOC
+  if (!test::AllocationWindow::counts_malloc()) return;
   AllocationWindow m;
-  void* p = std::malloc(64);
+  void* volatile p = std::malloc(64);  // volatile: the unused pair must not be elided
   std::free(p);
   EXPECT_EQ(m.stop(), 1);
-#endif
 }
 
 int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }

@@ -574,6 +574,10 @@ TEST(JinjaErrors, HostileTemplatesAreRefused) {
   EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = [ns] %}").find("cannot contain itself"), std::string::npos);
   EXPECT_THROW(R("{% for i in range(40) %}{{ 'x' * 1000000 }}{% endfor %}"), kiln::TemplateError);  // 32 MiB of output
   EXPECT_THROW(R("{{ ([0] * 100000000)|length }}"), kiln::TemplateError);
+  // Widths and precisions with more digits than 64 bits hold (found by fuzz_chat_template).
+  EXPECT_NE(error_of("{{ '%33333333333333333333d' % 1 }}").find("format width too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%.33333333333333333333f' % 1.5 }}").find("format width too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ '{:33333333333333333333}'.format(1) }}").find("invalid format specifier"), std::string::npos);
 }
 
 // ---- kiln template ----

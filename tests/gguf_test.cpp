@@ -131,9 +131,10 @@ TEST(Gguf, WriterRoundTripsEveryValueType) {
   EXPECT_EQ(f->get_string("k.str"), "héllo");
   EXPECT_EQ(f->get_string_array("k.strs"), (std::vector<std::string>{"a", "", "ccc"}));
   const Value* nested = f->find("k.nested");
-  ASSERT_EQ(nested->items.size(), 2u);
-  EXPECT_EQ(nested->items[0].items[1].i, -2);
-  EXPECT_TRUE(nested->items[1].items.empty());
+  ASSERT_EQ(nested->size(), 2u);
+  EXPECT_EQ(nested->at(0).at(1).i, -2);
+  EXPECT_EQ(nested->at(1).size(), 0u);
+  EXPECT_EQ(f->find("k.strs")->at(2).s, "ccc");
   const TensorInfo* t = f->find_tensor("t.f32");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->rows(), 3u);

@@ -20,9 +20,10 @@ enum class ValueType : uint32_t {
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
+size_t scalar_size(ValueType t);  // bytes of one element; 0 for STRING and ARRAY
 
 // One metadata value. Scalars keep their exact type; arrays hold their element type and
-// items (which may be arrays again).
+// elements (which may be arrays again): read them with size() and at().
 struct Value {
   ValueType type = ValueType::UINT32;
   uint64_t u = 0;     // UINT*, BOOL
@@ -30,7 +31,18 @@ struct Value {
   double f = 0;       // FLOAT*
   std::string s;      // STRING
   ValueType elem_type = ValueType::UINT8;  // ARRAY
-  std::vector<Value> items;                // ARRAY
+  // Arrays built in code (of_array) hold a Value per element in `items`. Arrays of scalars
+  // and strings read from a file stay packed instead: `packed` holds the elements' bytes
+  // as the file stores them (strings: their characters, one after the other, element k
+  // in [offsets[k], offsets[k + 1])). A Value per element would take up to 96 times the
+  // bytes the file spent on it, and a file could make the reader allocate that much.
+  std::vector<Value> items;
+  std::string packed;
+  std::vector<uint64_t> offsets;
+
+  size_t size() const;         // elements of an ARRAY
+  Value at(size_t k) const;    // element k of an ARRAY (k < size())
+  std::string_view string_at(size_t k) const;  // element k of an ARRAY of STRING
 
   bool is_integer() const;
   bool is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }
@@ -75,6 +87,11 @@ class File {
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
+  // Throws kiln::Error if the file on disk is no longer the one that was mapped (size,
+  // modification time or inode changed): a loader calls it once it has read what it
+  // needs, since a file rewritten in place meanwhile may have given it a mix of both.
+  void check_unchanged() const;
+
   // Every lookup of a present key (find, has, get_*) marks it read: unread_keys lists what
   // a loader never asked about, i.e. what it ignores.
   const Value* find(std::string_view key) const;
@@ -86,6 +103,10 @@ class File {
   // present with an incompatible type -> an error naming the key and both types.
   uint64_t get_uint(std::string_view key) const;  // required
   uint64_t get_uint(std::string_view key, uint64_t fallback) const;
+  // The same, for values that must fit 32 bits (counts and sizes kept as uint32_t): a
+  // larger one is an error naming the key, never silently truncated.
+  uint32_t get_u32(std::string_view key) const;  // required
+  uint32_t get_u32(std::string_view key, uint32_t fallback) const;
   int64_t get_int(std::string_view key, int64_t fallback) const;
   double get_float(std::string_view key) const;   // required
   double get_float(std::string_view key, double fallback) const;
@@ -104,6 +125,8 @@ class File {
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
+  uint64_t inode_ = 0, device_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

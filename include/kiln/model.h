@@ -3,6 +3,7 @@
 // GGUF), and its tokenizer. Architectures are data: each file in src/models/ maps one
 // family's GGUF keys and tensor names into this one shape, and the runtime reads flags.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -100,6 +101,10 @@ struct LoadParams {
   // Copy the matrices into the kernels' preferred layout in huge pages (faster tokens,
   // slower load); false keeps them in the file mapping, as does KILN_PACK=0.
   bool repack = true;
+  // Called once everything the loader reads at load has been read, right before the file
+  // is checked for changes since it was opened (gguf::File::check_unchanged). Tests
+  // change the file here.
+  std::function<void()> after_read;
 };
 
 class Model {

@@ -44,8 +44,10 @@ void min_max(const float* x, size_t n, float* min, float* max) {
 float inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 
 // ggml converts x/d + offset to an integer by truncation; the values are >= 0 here, so this
-// rounds to nearest with ties up.
-int trunc_to_int(float v) { return static_cast<int>(v); }
+// rounds to nearest with ties up. A NaN (from a non-finite input: a hostile file's weights
+// or KV cache) becomes 0: converting it is undefined behaviour, where ggml gets whatever
+// the CPU gives.
+int trunc_to_int(float v) { return v == v ? static_cast<int>(v) : 0; }
 
 // Bit 4 of each 5-bit quant is kept in a little-endian uint32 (element j -> bit j).
 uint32_t load_qh(const uint8_t qh[4]) {
@@ -196,7 +198,7 @@ void quantize_row_q8_0(const float* x, block_q8_0* y, size_t n) {
     const float d = amax / 127;
     const float id = inverse(d);
     y[i].d = f32_to_fp16(d);
-    for (size_t j = 0; j < QK; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    for (size_t j = 0; j < QK; ++j) y[i].qs[j] = static_cast<int8_t>(trunc_to_int(std::round(x[j] * id)));
   }
 }
 

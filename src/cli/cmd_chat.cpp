@@ -76,12 +76,10 @@ int chat(ChatOptions& o) {
       interrupt_flag().store(false);
       bool ends_with_newline = true;
       const ChatTurn turn = chat.send(*input, o.gen.n_predict, [&](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
+        write_stdout(text);
         ends_with_newline = text.back() == '\n';
       }, &interrupt_flag());
-      if (!ends_with_newline) std::fputc('\n', stdout);
-      std::fflush(stdout);
+      if (!ends_with_newline) write_stdout("\n");
       state.last = turn;
       report_turn(state, turn);
       if (!o.session_file.empty()) save_chat(state, o.session_file, /*quiet=*/!state.verbose);

@@ -96,8 +96,7 @@ int run(RunOptions& o) {
 
   bool ends_with_newline = true;
   const auto print = [&](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    write_stdout(text);
     ends_with_newline = text.back() == '\n';
   };
   GenerationStats st;
@@ -116,8 +115,7 @@ int run(RunOptions& o) {
     if (o.n_parallel > 0) return run_parallel(o, *model, session, tokens);
     st = generator.generate(tokens, o.gen.n_predict, print);
   }
-  if (!ends_with_newline) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (!ends_with_newline) write_stdout("\n");
   if (st.stop == StopReason::context_full)
     spdlog::warn("kiln: stopped: the context ({} tokens) is full; raise it with -c (or --context-shift)", session.n_ctx());
   if (st.n_discarded > 0)

@@ -105,8 +105,7 @@ int render_template(TemplateOptions& o) {
   }
   const ChatTemplate chat_template(std::move(source));
   const std::string text = chat_template.render(messages, o.add_generation_prompt, bos, eos, context);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  write_stdout(text);
   return 0;
 }
 

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -312,6 +315,14 @@ ChatTemplate select_chat_template(const Model& model, const ChatTemplateOptions&
   } catch (const TemplateError& e) {
     throw Error(origin + ": " + e.what() + " (use a built-in one instead: --chat-template " + builtin_template_names() + ")");
   }
+}
+
+void write_stdout(std::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
+  const int err = errno;
+  std::clearerr(stdout);
+  if (err == EPIPE) throw OutputClosed{};
+  throw Error(std::string("cannot write to stdout: ") + std::strerror(err));
 }
 
 std::string read_text_file(const std::string& path) {

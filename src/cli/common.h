@@ -112,11 +112,25 @@ SessionParams session_params(const ModelOptions& opts, const Model& model);
 // Throws UsageError naming the flag for a value that cannot work.
 RopeParams rope_params(const RopeOptions& opts);
 
+// Thrown when stdout's reader went away (EPIPE: `kiln run ... | head -c 10`): not an
+// error to report, so not a std::exception that error handlers along the way would catch
+// and print; main() ends quietly with exit code 0.
+struct OutputClosed {};
+// Writes and flushes generated text: OutputClosed when the reader is gone, kiln::Error
+// naming stdout for any other failure (a full disk behind a redirection).
+void write_stdout(std::string_view text);
+
 // Reads a whole file (a prompt via -f); "-" means stdin.
 std::string read_text_file(const std::string& path);
 
 // The command to run after parsing; set by register_* on the chosen subcommand.
 using Action = std::function<int()>;
+
+// Every subcommand registered on `app`; parsing sets `action` to the chosen one.
+void build_app(CLI::App& app, Action& action);
+// argv[1..] as app.parse(std::vector) takes them, llama.cpp's multi-letter short options
+// renamed.
+std::vector<std::string> app_args(int argc, const char* const* argv);
 
 void register_run(CLI::App& app, Action& action);
 void register_chat(CLI::App& app, Action& action);

@@ -31,6 +31,16 @@ uint64_t File::get_uint(std::string_view key, uint64_t fallback) const {
   return has(key) ? get_uint(key) : fallback;
 }
 
+uint32_t File::get_u32(std::string_view key) const {
+  const uint64_t v = get_uint(key);
+  if (v > UINT32_MAX) fail("metadata '" + std::string(key) + "' is " + std::to_string(v) + ", more than 32 bits");
+  return uint32_t(v);
+}
+
+uint32_t File::get_u32(std::string_view key, uint32_t fallback) const {
+  return has(key) ? get_u32(key) : fallback;
+}
+
 int64_t File::get_int(std::string_view key, int64_t fallback) const {
   const Value* v = find(key);
   if (!v) return fallback;
@@ -78,8 +88,8 @@ std::vector<std::string> File::get_string_array(std::string_view key) const {
   if (v->type != ValueType::ARRAY || v->elem_type != ValueType::STRING)
     fail("metadata '" + std::string(key) + "' is " + describe(*v) + ", expected array of string");
   std::vector<std::string> out;
-  out.reserve(v->items.size());
-  for (const Value& item : v->items) out.push_back(item.s);
+  out.reserve(v->size());
+  for (size_t k = 0; k < v->size(); ++k) out.emplace_back(v->string_at(k));
   return out;
 }
 
@@ -89,26 +99,26 @@ std::vector<float> File::get_float_array(std::string_view key) const {
   if (v->type != ValueType::ARRAY || !(v->elem_type == ValueType::FLOAT32 || v->elem_type == ValueType::FLOAT64))
     fail("metadata '" + std::string(key) + "' is " + describe(*v) + ", expected array of float32");
   std::vector<float> out;
-  out.reserve(v->items.size());
-  for (const Value& item : v->items) out.push_back(static_cast<float>(item.f));
+  out.reserve(v->size());
+  for (size_t k = 0; k < v->size(); ++k) out.push_back(static_cast<float>(v->at(k).f));
   return out;
 }
 
 std::vector<int32_t> File::get_int_array(std::string_view key) const {
   const Value* v = find(key);
   if (!v) return {};
-  if (v->type != ValueType::ARRAY || v->items.empty()) {
+  if (v->type != ValueType::ARRAY || v->size() == 0) {
     if (v->type == ValueType::ARRAY) return {};
     fail("metadata '" + std::string(key) + "' is " + describe(*v) + ", expected array of integers");
   }
-  const Value& first = v->items.front();
-  if (!first.is_integer())
+  if (!v->at(0).is_integer())
     fail("metadata '" + std::string(key) + "' is " + describe(*v) + ", expected array of integers");
   std::vector<int32_t> out;
-  out.reserve(v->items.size());
+  out.reserve(v->size());
   const bool is_signed = v->elem_type == ValueType::INT8 || v->elem_type == ValueType::INT16 ||
                          v->elem_type == ValueType::INT32 || v->elem_type == ValueType::INT64;
-  for (const Value& item : v->items) {
+  for (size_t k = 0; k < v->size(); ++k) {
+    const Value item = v->at(k);
     const int64_t x = is_signed ? item.i : static_cast<int64_t>(item.u);
     if (x < INT32_MIN || x > INT32_MAX) fail("metadata '" + std::string(key) + "' has an entry out of int32 range");
     out.push_back(static_cast<int32_t>(x));

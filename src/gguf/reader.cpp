@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -30,6 +31,7 @@ class Cursor {
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
 
   void need(uint64_t n, const std::string& what) {
     if (n > remaining())
@@ -43,6 +45,19 @@ class Cursor {
     std::memcpy(&v, base_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
+  }
+  // n bytes in place, past which the cursor moves.
+  const uint8_t* take(uint64_t n, const std::string& what) {
+    need(n, what);
+    const uint8_t* p = base_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  // Moves past a string, returning its length.
+  uint64_t skip_string(const std::string& what) {
+    const uint64_t len = read<uint64_t>(what + " length");
+    take(len, what + " (" + std::to_string(len) + " bytes)");
+    return len;
   }
   std::string read_string(const std::string& what) {
     const uint64_t len = read<uint64_t>(what + " length");
@@ -105,8 +120,32 @@ Value read_value(Cursor& cur, ValueType type, const std::string& what, int depth
       if (n > cur.remaining() / min_encoded_size(v.elem_type))
         fail(what + ": array of " + std::to_string(n) + " elements cannot fit in the " +
              std::to_string(cur.remaining()) + " bytes left in the file");
-      v.items.reserve(n);
-      for (uint64_t k = 0; k < n; ++k) v.items.push_back(read_value(cur, v.elem_type, what, depth + 1, fail));
+      if (const size_t width = scalar_size(v.elem_type)) {
+        const uint8_t* p = cur.take(n * width, what);
+        if (v.elem_type == ValueType::BOOL)
+          for (uint64_t k = 0; k < n; ++k)
+            if (p[k] > 1) fail(what + ": bool value " + std::to_string(p[k]) + " is neither 0 nor 1");
+        v.packed.assign(reinterpret_cast<const char*>(p), n * width);
+      } else if (v.elem_type == ValueType::STRING) {
+        // Lengths first, so that the characters get one allocation of their exact size.
+        Cursor scan = cur;
+        uint64_t chars = 0;
+        for (uint64_t k = 0; k < n; ++k) chars += scan.skip_string(what);
+        v.packed.reserve(chars);
+        v.offsets.reserve(n + 1);
+        v.offsets.push_back(0);
+        for (uint64_t k = 0; k < n; ++k) {
+          const uint64_t len = cur.read<uint64_t>(what);
+          v.packed.append(reinterpret_cast<const char*>(cur.take(len, what)), len);
+          v.offsets.push_back(v.packed.size());
+        }
+      } else {
+        // Arrays of arrays: no converter writes large ones, and each costs a whole Value.
+        if (n > cur.size() / sizeof(Value))
+          fail(what + ": " + std::to_string(n) + " nested arrays would take more memory than the file's size");
+        v.items.reserve(n);
+        for (uint64_t k = 0; k < n; ++k) v.items.push_back(read_value(cur, v.elem_type, what, depth + 1, fail));
+      }
       break;
     }
   }
@@ -128,6 +167,8 @@ std::unique_ptr<File> File::open(const std::string& path) {
     file->fail("not a regular file");
   }
   file->size_ = static_cast<uint64_t>(st.st_size);
+  file->mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  file->inode_ = st.st_ino, file->device_ = st.st_dev;
   if (file->size_ < 24) {
     ::close(fd);
     file->fail("file is " + std::to_string(file->size_) + " bytes, too small to be GGUF (truncated?)");
@@ -138,6 +179,15 @@ std::unique_ptr<File> File::open(const std::string& path) {
   file->base_ = static_cast<const uint8_t*>(map);
   file->parse();  // on throw, ~File unmaps
   return file;
+}
+
+void File::check_unchanged() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) fail(std::string("changed while loading: ") + std::strerror(errno));
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (uint64_t(st.st_size) != size_ || mtime_ns != mtime_ns_ || st.st_ino != inode_ || st.st_dev != device_)
+    fail("changed while loading (it was " + std::to_string(size_) + " bytes, now " + std::to_string(st.st_size) +
+         (uint64_t(st.st_size) == size_ ? ", rewritten" : "") + "): load it again once it is complete");
 }
 
 File::~File() {
@@ -229,6 +279,19 @@ void File::parse() {
            " bytes] lies past end of file (" + std::to_string(size_) + " bytes, data section at " +
            std::to_string(data_start) + ")");
     t.data = base_ + begin;
+  }
+  // Tensors sharing bytes are no converter's output; the runtime would read one tensor's
+  // weights as another's (and packing releases a tensor's pages once copied).
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const TensorInfo& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const TensorInfo& prev = *by_offset[k - 1];
+    if (by_offset[k]->offset < prev.offset + prev.n_bytes)  // both ends were checked above
+      fail("tensor '" + by_offset[k]->name + "' data [offset " + std::to_string(by_offset[k]->offset) +
+           "] overlaps tensor '" + prev.name + "' [offset " + std::to_string(prev.offset) + ", " +
+           std::to_string(prev.n_bytes) + " bytes]");
   }
 }
 

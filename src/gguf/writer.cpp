@@ -36,8 +36,12 @@ void put_value_body(std::vector<uint8_t>& out, const Value& v, ValueType type) {
     case ValueType::STRING: put_string(out, v.s); break;
     case ValueType::ARRAY:
       put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
-      put<uint64_t>(out, v.items.size());
-      for (const Value& item : v.items) put_value_body(out, item, v.elem_type);
+      put<uint64_t>(out, v.size());
+      if (v.items.empty() && scalar_size(v.elem_type)) {
+        out.insert(out.end(), v.packed.begin(), v.packed.end());  // as read from a file
+      } else {
+        for (size_t k = 0; k < v.size(); ++k) put_value_body(out, v.at(k), v.elem_type);
+      }
       break;
   }
 }

@@ -46,6 +46,11 @@ void load_phi3(Model& model);
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
 void read_block_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+// Per-layer data is sized before the layers' tensors are looked up: a block count that no
+// file could hold tensors for must not reach those allocations (it throws kiln::Error).
+void check_layer_count(const gguf::File& f, const ModelConfig& c);
+// model.layers sized to block_count, after check_layer_count.
+void resize_layers(Model& model);
 
 // Shared by the RoPE families (src/models/transformer.cpp), after read_block_shape:
 // attention.layer_norm_rms_epsilon, rope.freq_base, attention.key_length (head size, may

@@ -173,9 +173,9 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
   if (o.type != TensorType::F32 && o.type != TensorType::F16 && o.type != TensorType::BF16)
     throw Error("kiln-gen writes F32, F16 or BF16 weights, not " + type_name(o.type));
   const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
-  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->items.empty())
+  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->size() == 0)
     throw Error(vocab.path() + ": no tokenizer.ggml.tokens to take the vocabulary from");
-  const uint64_t n_vocab = tokens->items.size();
+  const uint64_t n_vocab = tokens->size();
 
   using gguf::Value;
   gguf::Writer w;

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -81,14 +83,21 @@ void write_vocab(gguf::Writer& w, const Vocab& v) {
 }  // namespace
 
 bool read_llama2c_header(const std::string& path, Llama2cHeader& h) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return false;
+  // POSIX read, not an ifstream: every model load asks this first, and a filebuf would
+  // allocate 8 KiB even for a 16-byte file (tests/malformed_gguf_test bounds allocations).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
   uint8_t head[256] = {};
-  in.read(reinterpret_cast<char*>(head), sizeof head);
-  const auto got = (size_t)in.gcount();
+  size_t got = 0;
+  if (::fstat(fd, &st) == 0)
+    while (got < sizeof head) {
+      const ssize_t n = ::read(fd, head + got, sizeof head - got);
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+  ::close(fd);
+  const uint64_t size = uint64_t(st.st_size);
   auto i32 = [&](size_t off) {
     int32_t v;
     std::memcpy(&v, head + off, 4);

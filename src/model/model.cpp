@@ -139,6 +139,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
   uint64_t best = 0;
   for (const auto& [type, bytes] : bytes_by_type)
     if (bytes > best) best = bytes, c.weight_type = type;
+  if (params.after_read) params.after_read();
+  f.check_unchanged();
   return model;
 }
 
@@ -330,13 +332,26 @@ uint64_t Model::weight_bytes() const {
   return n;
 }
 
+void check_layer_count(const gguf::File& f, const ModelConfig& c) {
+  if (c.n_layers > f.tensors().size())
+    throw Error(f.path() + ": " + c.arch + ".block_count " + std::to_string(c.n_layers) +
+                " is more layers than the file's " + std::to_string(f.tensors().size()) + " tensors could hold");
+}
+
+void resize_layers(Model& model) {
+  check_layer_count(model.file(), model.config());
+  model.layers.resize(model.config().n_layers);
+}
+
 void read_block_shape(const gguf::File& f, const std::string& p, ModelConfig& c) {
-  c.n_ctx_train = (uint32_t)f.get_uint(p + "context_length");
-  c.dim = (uint32_t)f.get_uint(p + "embedding_length");
-  c.n_layers = (uint32_t)f.get_uint(p + "block_count");
-  c.ffn_dim = (uint32_t)f.get_uint(p + "feed_forward_length");
-  c.n_heads = (uint32_t)f.get_uint(p + "attention.head_count");
-  c.n_kv_heads = (uint32_t)f.get_uint(p + "attention.head_count_kv", c.n_heads);
+  c.n_ctx_train = f.get_u32(p + "context_length");
+  c.dim = f.get_u32(p + "embedding_length");
+  c.n_layers = f.get_u32(p + "block_count");
+  c.ffn_dim = f.get_u32(p + "feed_forward_length");
+  c.n_heads = f.get_u32(p + "attention.head_count");
+  c.n_kv_heads = f.get_u32(p + "attention.head_count_kv", c.n_heads);
+  for (const auto& [value, key] : {std::pair{c.dim, "embedding_length"}, {c.ffn_dim, "feed_forward_length"}})
+    if (value == 0) throw Error(f.path() + ": " + p + key + " is 0");
 }
 
 }  // namespace kiln

@@ -22,7 +22,8 @@ void load_mpt(Model& model) {
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
     throw Error(f.path() + ": " + p + "embedding_length " + std::to_string(c.dim) +
                 " is not a multiple of attention.head_count " + std::to_string(c.n_heads));
-  c.head_dim = (uint32_t)f.get_uint(p + "attention.key_length", c.dim / c.n_heads);
+  c.head_dim = f.get_u32(p + "attention.key_length", c.dim / c.n_heads);
+  if (c.head_dim == 0) throw Error(f.path() + ": " + p + "attention.key_length is 0");
   c.n_rot = 0;
   c.norm = Norm::layer;
   c.ffn = Ffn::gelu;
@@ -45,7 +46,7 @@ void load_mpt(Model& model) {
   read_embeddings(model);  // tied when output.weight is absent (every MPT checkpoint)
   model.output_norm_b = optional("output_norm.bias", {dim});
 
-  model.layers.resize(c.n_layers);
+  resize_layers(model);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights& L = model.layers[l];

@@ -15,6 +15,7 @@ void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig&
   const gguf::Value* pattern = f.find(p + "attention.sliding_window_pattern");
   if (window == 0) return;  // a pattern without a window slides nothing
   if (window > UINT32_MAX) throw Error(f.path() + ": " + p + "attention.sliding_window " + std::to_string(window) + " is too large");
+  check_layer_count(f, c);
   c.swa_window.assign(c.n_layers, uint32_t(window));
   if (!pattern) {
     for (uint32_t l = 0; l < c.n_layers; ++l)
@@ -25,10 +26,10 @@ void read_sliding_window(const gguf::File& f, const std::string& p, ModelConfig&
     throw Error(f.path() + ": " + p + "attention.sliding_window_pattern " + why);
   };
   if (pattern->type == gguf::ValueType::ARRAY) {
-    if (pattern->items.size() != c.n_layers)
-      bad("has " + std::to_string(pattern->items.size()) + " entries for " + std::to_string(c.n_layers) + " layers");
+    if (pattern->size() != c.n_layers)
+      bad("has " + std::to_string(pattern->size()) + " entries for " + std::to_string(c.n_layers) + " layers");
     for (uint32_t l = 0; l < c.n_layers; ++l) {
-      const gguf::Value& v = pattern->items[l];
+      const gguf::Value v = pattern->at(l);
       if (!v.is_integer() && v.type != gguf::ValueType::BOOL) bad("must hold booleans");
       if (v.u == 0 && v.i == 0) c.swa_window[l] = 0;  // false: a global layer
     }

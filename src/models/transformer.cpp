@@ -13,13 +13,14 @@ void read_rope_attention(const gguf::File& f, const std::string& p, ModelConfig&
   if (c.n_heads == 0 || (!f.has(p + "attention.key_length") && c.dim % c.n_heads != 0))
     throw Error(f.path() + ": " + p + "embedding_length " + std::to_string(c.dim) +
                 " is not a multiple of attention.head_count " + std::to_string(c.n_heads));
-  c.head_dim = (uint32_t)f.get_uint(p + "attention.key_length", c.dim / c.n_heads);
+  c.head_dim = f.get_u32(p + "attention.key_length", c.dim / c.n_heads);
+  if (c.head_dim == 0) throw Error(f.path() + ": " + p + "attention.key_length is 0");
   // The cache keeps keys and values of one width; no family kiln runs has them differ.
   const uint64_t v_len = f.get_uint(p + "attention.value_length", c.head_dim);
   if (v_len != c.head_dim)
     throw Error(f.path() + ": " + p + "attention.value_length " + std::to_string(v_len) + " differs from key_length " +
                 std::to_string(c.head_dim) + ", which kiln does not support");
-  c.n_rot = (uint32_t)f.get_uint(p + "rope.dimension_count", c.head_dim);
+  c.n_rot = f.get_u32(p + "rope.dimension_count", c.head_dim);
   read_rope_scaling(f, p, c);
 }
 
@@ -45,7 +46,7 @@ void read_blocks(Model& model, const BlockOptions& o) {
   const auto optional = [&](const std::string& name, std::vector<uint64_t> dims) {
     return model.weight(name, std::move(dims), /*required=*/false);
   };
-  model.layers.resize(c.n_layers);
+  resize_layers(model);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights& L = model.layers[l];

@@ -103,7 +103,7 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
     c.rope_scaling = factor != 1.0 ? RopeScaling::Linear : RopeScaling::None;
   }
 
-  c.rope_orig_ctx = (uint32_t)f.get_uint(p + "rope.scaling.original_context_length", 0);
+  c.rope_orig_ctx = f.get_u32(p + "rope.scaling.original_context_length", 0);
   const double attn = f.get_float(p + "rope.scaling.attn_factor", 1.0);
   if (!positive(attn)) fail(p + "rope.scaling.attn_factor must be a positive number, got " + num(attn));
   c.rope_attn_factor = (float)attn;

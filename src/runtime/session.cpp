@@ -10,9 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -20,6 +21,7 @@
 #include "runtime/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_evict.h"
+#include "runtime/memory_limit.h"
 #include "runtime/paged_kv.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
@@ -46,9 +48,9 @@ int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
   return int32_t(std::max<int64_t>(1, std::min<int64_t>(p.n_batch > 0 ? p.n_batch : 512, n_ctx)));
 }
 
-// The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size
-// refused with a clear message before any allocation when it could not fit in this
-// machine's memory.
+// The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size,
+// and that of the other buffers that grow with the context, refused with a clear message
+// before any allocation when it could not fit in the memory this process may use.
 KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std::vector<uint32_t>& windows) {
   const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
@@ -58,10 +60,16 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std:
   use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
   const double kv_bytes = KvCache::bytes_for(s);
-  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  if (ram > 0 && kv_bytes > ram)
-    throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(int64_t(kv_bytes / (1 << 30))) +
-                " GiB of KV cache, more than this machine's memory; lower -c or use a smaller cache type (-ctk/-ctv)");
+  const double threads = p.n_threads > 0 ? p.n_threads : physical_core_count();
+  // The RoPE table, the attention score rows (without tiled attention) and the list of
+  // kept positions also hold a float or an int per position.
+  const double per_pos = double(c.n_rot) * 4 + (use_flash(c, p) ? 0 : threads * 64 * 4) + 4;
+  const double needed = kv_bytes + per_pos * double(n_ctx);
+  const MemoryLimit limit = memory_limit();
+  if (limit.bytes > 0 && needed > limit.bytes)
+    throw Error("a context of " + std::to_string(n_ctx) + " tokens needs " + human_bytes(needed) + " (KV cache " +
+                human_bytes(kv_bytes) + "), more than the " + human_bytes(limit.bytes) + " available (" + limit.what +
+                "); lower -c or use a smaller cache type (-ctk/-ctv)");
   return s;
 }
 

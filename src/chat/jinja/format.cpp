@@ -10,6 +10,12 @@
 namespace kiln::jinja {
 namespace {
 
+// One more decimal digit of a width or precision, saturating: the limit checks after
+// parsing refuse anything this large, and a long run of digits must not overflow first.
+int64_t add_digit(int64_t v, char digit) {
+  return std::min<int64_t>(std::max<int64_t>(v, 0) * 10 + (digit - '0'), int64_t(1) << 40);
+}
+
 // Pads `s` (counted in code points) to `width`: left-justified, right-justified, centered,
 // or with the padding after a leading sign ('=').
 std::string pad(const std::string& s, int64_t width, char align, const std::string& fill = " ") {
@@ -129,7 +135,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       width = take_arg().as_int();
       ++i;
     } else {
-      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width = std::max<int64_t>(width, 0) * 10 + (fmt[i++] - '0');
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width = add_digit(width, fmt[i++]);
     }
     if (i < fmt.size() && fmt[i] == '.') {
       ++i;
@@ -138,7 +144,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         precision = take_arg().as_int();
         ++i;
       } else {
-        while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = precision * 10 + (fmt[i++] - '0');
+        while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = add_digit(precision, fmt[i++]);
       }
     }
     while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
@@ -230,13 +236,13 @@ std::string format_field(const Value& v, const std::string& spec) {
     ++p;
   }
   int64_t width = -1, precision = -1;
-  while (p < rest.size() && rest[p] >= '0' && rest[p] <= '9') width = std::max<int64_t>(width, 0) * 10 + (rest[p++] - '0');
+  while (p < rest.size() && rest[p] >= '0' && rest[p] <= '9') width = add_digit(width, rest[p++]);
   char grouping = 0;
   if (p < rest.size() && (rest[p] == ',' || rest[p] == '_')) grouping = rest[p++];
   if (p < rest.size() && rest[p] == '.') {
     ++p;
     precision = 0;
-    while (p < rest.size() && rest[p] >= '0' && rest[p] <= '9') precision = precision * 10 + (rest[p++] - '0');
+    while (p < rest.size() && rest[p] >= '0' && rest[p] <= '9') precision = add_digit(precision, rest[p++]);
   }
   const char type = p < rest.size() ? rest[p++] : 0;
   if (p != rest.size() || width > 100000 || precision > 100000) throw TemplateError("invalid format specifier '" + spec + "'");

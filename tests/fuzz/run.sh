@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Fuzzes each target for SECONDS (default 30) with libFuzzer, one after the other.
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     targets: gguf tokenizer chat_template session_file cli
+# Builds build-fuzz/ (clang, ASan + UBSan, -DKILN_FUZZ=ON) when needed, seeds each target
+# from real files in ../shared (and the generated malformed GGUFs), and keeps the grown
+# corpus in build-fuzz/corpus/<target>/ so that later runs start where earlier ones ended.
+# A crash, leak, timeout or sanitizer report fails the script; the input is left in
+# build-fuzz/artifacts/<target>/ (copy it to tests/fuzz/regressions/<target>/ once fixed).
+# One summary line per target: executions, coverage (edges), features, corpus size.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-30}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(gguf tokenizer chat_template session_file cli)
+shared=$(cd .. && pwd)/shared
+build=${KILN_FUZZ_BUILD:-build-fuzz}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+    -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1 || {
+  grep -E "error" "$build/build.log" | head -20 >&2
+  echo "fuzz: build failed (log: $build/build.log)" >&2
+  exit 1
+}
+
+# Seeds: written once per build directory.
+seed_dir="$build/seeds"
+make_seeds() {
+  local t=$1 d="$seed_dir/$1"
+  [ -d "$d" ] && return
+  rm -rf "$d.part"
+  mkdir -p "$d.part"
+  case $t in
+    gguf)
+      "$build/tests/fuzz/malformed_gguf_gen" "$shared/models/stories260K.gguf" "$d.part"
+      cp "$shared/models/stories260K.gguf" "$d.part/"
+      ;;
+    tokenizer)
+      # Every test string of every vocabulary, once as text and once as token ids.
+      local n=0
+      for inp in "$shared"/vocab/*.inp; do
+        awk -v dir="$d.part" -v base="$n" 'BEGIN { RS = "\n__ggml_vocab_test__\n"; ORS = "" }
+          { f = sprintf("%s/s%d_%d", dir, base, NR); printf "%c%c%s", NR % 16, NR % 4, $0 > f; close(f) }' "$inp"
+        n=$((n + 1))
+      done
+      printf '\x03\x04\x01\x00\x90\x01\x10\x00\xff\x7f' >"$d.part/ids"
+      ;;
+    chat_template)
+      for tmpl in "$shared"/templates/*.jinja tests/data/templates/*.jinja; do
+        [ -f "$tmpl" ] || continue
+        { printf '\x01'; cat "$tmpl"; printf '\0You are helpful.\0Hello!\0Hi, how can I help?\0Tell me a story'; } \
+          >"$d.part/$(basename "$tmpl")"
+      done
+      ;;
+    session_file)
+      # Sessions saved by each kind of KV cache the target's sessions use (mode 0, 1, 2),
+      # with checksums kept and with checksums rewritten after mutation (mode + 4).
+      local kinds=("" "-ctk f32 -ctv f32" "-ctk q8_0 -ctv q8_0 -fa on") k
+      for k in 0 1 2; do
+        # shellcheck disable=SC2086
+        printf 'Once upon a time\nThe end\n' | "$build/kiln" chat "$shared/models/stories260K.gguf" -c 128 -n 6 \
+          --temp 0 --quiet ${kinds[$k]} --session "$d.part/session$k.kses" >/dev/null
+        { printf "\\x0$k"; cat "$d.part/session$k.kses"; } >"$d.part/s$k"
+        { printf "\\x0$((k + 4))"; cat "$d.part/session$k.kses"; } >"$d.part/s$((k + 4))"
+        rm "$d.part/session$k.kses"
+      done
+      ;;
+    cli)
+      local line i=0
+      while IFS= read -r line; do
+        printf '%s' "$line" | tr ' ' '\0' >"$d.part/argv$i"
+        i=$((i + 1))
+      done <<'EOF'
+run m.gguf Once -n 10 --temp 0.5 --top-k 40 --top-p 0.9 --min-p 0.05 --seed 1 -c 128 -b 32 -t 2
+run -m m.gguf -p hi --chat --system be --chat-template chatml -ctk q8_0 -ctv q4_0 -fa on
+run m.gguf hi --context-shift --keep 4 --kv-evict sink --sink-tokens 4 --kv-budget 64
+run m.gguf hi --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 2048 --yarn-beta-fast 32 --swa-window 16
+chat m.gguf --session s.kses --no-context-shift --chat-template-file t.jinja -cnv
+bench m.gguf -p 512 -n 128 -r 5 -t 1,2 -ctk f16,q8_0 -fa 0,1 -d 0,4096 -o json --roofline
+info m.gguf -a --tensors
+tokenize m.gguf hello --ids --no-bos
+template --chat-template llama3 --messages c.json --add-generation-prompt --bos-token <s>
+perplexity m.gguf -f t.txt -c 128 --stream --kv-evict h2o --kv-budget 64
+quantize in.gguf out.gguf Q4_K_M -t 2
+--version
+run --help
+EOF
+      ;;
+  esac
+  mv "$d.part" "$d"
+}
+
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  make_seeds "$t"
+  corpus="$build/corpus/$t"
+  artifacts="$build/artifacts/$t"
+  mkdir -p "$corpus" "$artifacts"
+  max_len=65536
+  [ "$t" = cli ] && max_len=1024
+  [ "$t" = session_file ] && max_len=262144
+  log="$build/fuzz-$t.log"
+  echo "fuzz: $t for ${seconds}s" >&2
+  if ! "$build/tests/fuzz/fuzz_$t" "$corpus" "$seed_dir/$t" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
+       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1; then
+    status=1
+    tail -40 "$log" >&2
+    echo "fuzz: $t FAILED; input in $artifacts/ (log: $log)" >&2
+  fi
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+  cov=$(echo "$last" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*' || true)
+  ft=$(echo "$last" | grep -o 'ft: [0-9]*' | grep -o '[0-9]*' || true)
+  summary+=("$(printf '%-14s %6ss  execs %-10s cov %-6s ft %-6s corpus %s' "$t" "$seconds" "${execs:-?}" "${cov:-?}" \
+    "${ft:-?}" "$(find "$corpus" -type f | wc -l)")")
+done
+printf 'fuzz: %s\n' "${summary[@]}" >&2
+exit $status

@@ -1,0 +1,65 @@
+#pragma once
+// Hand-made hostile GGUF files, generated rather than committed: one small valid llama
+// model serialized field by field, and a list of cases that each break one thing in it
+// (a header field, a count, a string length, a tensor's place or shape, a key the loader
+// needs, a token id). Used by malformed_gguf_test and, through malformed_gguf_gen, as
+// seeds for the GGUF fuzz target.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/gguf.h"
+
+namespace kiln::test {
+
+// A GGUF file as its fields, so that a case can set any of them to what no writer would.
+struct RawGguf {
+  struct Kv {
+    std::string key;
+    uint32_t type = 0;          // ValueType, or anything else
+    std::vector<uint8_t> body;  // the encoded value after the type
+  };
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> dims;
+    uint32_t type = 0;  // TensorType, or anything else
+    uint64_t offset = 0;
+  };
+  uint32_t magic = 0x46554747;
+  uint32_t version = 3;
+  // When set, written instead of the real number of tensors / keys.
+  bool override_counts = false;
+  uint64_t n_tensors = 0, n_kv = 0;
+  std::vector<Kv> kv;
+  std::vector<Tensor> tensors;
+  uint64_t alignment = 32;    // pads the start of the data section
+  std::vector<uint8_t> data;  // the data section
+
+  // Where each section starts in bytes(): cases cut the file inside each of them.
+  struct Layout {
+    size_t kv_begin = 0, tensors_begin = 0, data_begin = 0;
+  };
+  std::vector<uint8_t> bytes(Layout* layout = nullptr) const;
+
+  Kv* find(const std::string& key);
+  Tensor* tensor(const std::string& name);
+  void set(const std::string& key, const gguf::Value& v);  // replaces or appends
+  void erase(const std::string& key);
+  void erase_tensor(const std::string& name);
+};
+
+std::vector<uint8_t> encode_value(const gguf::Value& v);
+
+// A small llama model (1 layer, dim 8, the stories260K vocabulary of 512 tokens) that
+// loads and runs; every case below starts from it.
+RawGguf base_model(const gguf::File& vocab);
+
+struct MalformedCase {
+  std::string name;                 // also the file name
+  std::vector<uint8_t> bytes;
+  std::vector<std::string> expect;  // fragments the one-line error must contain
+};
+
+std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab);
+
+}  // namespace kiln::test
