@@ -385,3 +385,29 @@ TEST(Families, Qwen2WithoutBiasesIsRefused) {
     EXPECT_NE(std::string(e.what()).find("blk.0 lacks attn_q/attn_k/attn_v bias"), std::string::npos) << e.what();
   }
 }
+
+// A vocabulary that a GGUF cannot carry as its source tokenizes is refused, not written
+// with another tokenizer's behaviour: a byte-level split without a tokenizer.ggml.pre name,
+// and SentencePiece-style BPE (Gemma's tokenizer.json), whose GGUF form needs scores.
+TEST(Families, GeneratorRefusesVocabulariesAGgufCannotState) {
+  const auto tokenizer = [](const std::string& rest) {
+    const std::string path = temp_dir() + "/tokenizer.json";
+    write_file(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, )" + rest + "}");
+    return kiln::Tokenizer::from_file(path);
+  };
+  const kiln::gen::GenerateOptions o = reference_options(case_named("qwen2-tiny"));
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "ByteLevel"})", "has no tokenizer.ggml.pre name"},
+      {R"("pre_tokenizer": null)", "SentencePiece vocabulary without scores"},
+  };
+  for (const auto& [rest, message] : cases) {
+    try {
+      kiln::gen::build_model(o, tokenizer(rest)->vocab());
+      ADD_FAILURE() << rest << ": built";
+    } catch (const kiln::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  // The same split without the normalizer is GPT-2's and is written.
+  EXPECT_NO_THROW(kiln::gen::build_model(o, tokenizer(R"("pre_tokenizer": {"type": "ByteLevel"})")->vocab()));
+}

@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "kiln/error.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocab_gguf.h"
 
 namespace kiln::gen {
@@ -315,6 +316,13 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
 
 gguf::Writer build_model(const GenerateOptions& o, const Vocab& vocab) {
   if (vocab.tokens.empty()) throw Error("the vocabulary has no tokens");
+  // A file whose tokenizer would split text otherwise than its source is refused.
+  if (vocab.model == "gpt2" && vocab.pre == "tokenizer.json")
+    throw Error("the tokenizer.json's pre-tokenizer has no tokenizer.ggml.pre name (known: " +
+                Pretokenizer::supported_ggml_pre() + ")");
+  if (vocab.model == "llama" && vocab.scores.empty())
+    throw Error("a SentencePiece vocabulary without scores (a tokenizer.json has merges instead): "
+                "give the model's tokenizer.model");
   return build(o, vocab.tokens.size(), [&](gguf::Writer& w) { write_vocab_gguf(w, vocab); });
 }
 

@@ -210,7 +210,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   v.model = byte_level ? "gpt2" : "llama";
   v.add_space_prefix = false;
   // A byte-level split that llama.cpp knows by name gets that name, so that the
-  // vocabulary written out as a GGUF (Vocab::write_gguf) is tokenized the same way there.
+  // vocabulary written out as a GGUF (write_vocab_gguf) is tokenized the same way there.
   // NFC is dropped on the way, as converters do: GGUF has no key for it.
   if (byte_level && sig.nameable) {
     const std::string name = Pretokenizer::ggml_pre_name(sig.patterns, opt.ignore_merges);

@@ -79,8 +79,8 @@ void check_length(const gguf::File& f, std::string_view name, size_t n, size_t n
 
 bool default_add_bos(const std::string& model, const std::string& pre) {
   if (model == "llama" || model == "bert") return true;
-  // Llama 3's tokenizer.json adds BOS in a post-processor that converters do not always
-  // turn into add_bos_token; llama.cpp adds it for this pre-tokenizer unless told not to.
+  // Not every Llama 3 tokenizer.json has the post-processor that adds BOS (../shared's
+  // does not), so converters may write no add_bos_token; llama.cpp then adds it anyway.
   if (model == "gpt2") return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
   return false;
 }
