@@ -1,8 +1,10 @@
-// Model families against llama.cpp: for each of qwen2, qwen3, Llama 3, gemma, gemma2,
-// gemma3 and phi3, a tiny random-weight file from kiln's generator (byte-identical to the
-// one llama.cpp evaluated: its sha256 is committed) must give llama.cpp's logits at every
-// position, through every decode path (one batch, batches, token by token with the KV
-// cache, both attention kernels), and llama.cpp's greedy continuation.
+// Model families against llama.cpp: for each of qwen2, qwen3, Llama 3 (untied and tied
+// output), gemma, gemma2, gemma3 and phi3, a tiny random-weight file from kiln's generator
+// (byte-identical to the one llama.cpp evaluated: its sha256 is committed) must give
+// llama.cpp's logits at every position, through every decode path (one batch, batches,
+// token by token with the KV cache, both attention kernels), and llama.cpp's greedy
+// continuation. Qwen and Llama 3 files carry their real vocabularies, and kiln must
+// tokenize the prompt text as llama.cpp did.
 // tests/data/families/README.md says how the reference data was made.
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 #include "kiln/gguf.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
+#include "kiln/tokenizer.h"
 #include "model/generate_model.h"
 #include "sha256.h"
 #include "test_util.h"
@@ -29,29 +32,38 @@ using namespace kiln::test;
 namespace {
 
 struct Case {
-  const char* name;   // file stem in tests/data/families and the kiln-gen shape
+  const char* name;   // file stem in tests/data/families
+  const char* shape;  // kiln-gen --shape
   const char* arch;   // general.architecture
-  const char* vocab;  // vocabulary GGUF in ../shared
-  bool tied;          // kiln-gen --tied (Gemma ties whatever it is told)
+  // In ../shared: the family's own tokenizer.json, or a vocabulary GGUF where the family's
+  // is not used (below).
+  const char* vocab;
+  bool tied;  // kiln-gen --tied (Gemma ties whatever it is told)
 };
-// SentencePiece vocabularies: kiln reads no BPE vocabulary yet, and for the forward pass
-// the tokenizer is only metadata (the prompt is a fixed list of ids). Phi-3's is its own.
+// Qwen2/3 and Llama 3 carry their real BPE vocabularies (151669 and 128256 tokens), and
+// their prompt is prompt.txt, which kiln must tokenize as llama.cpp did. Gemma keeps
+// the llama-spm vocabulary: Gemma 3's tokenizer.json has no SentencePiece scores, which
+// a GGUF "llama" vocabulary needs, and 262k rows would make its files 67 MB; Phi-3's is
+// its own. Those two are given the ids of a prompt directly.
 const Case kCases[] = {
-    {"qwen2-tiny", "qwen2", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"qwen3-tiny", "qwen3", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"llama3-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
-    {"gemma-tiny", "gemma", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"gemma2-tiny", "gemma2", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"gemma3-tiny", "gemma3", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"phi3-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false},
+    {"qwen2-tiny", "qwen2-tiny", "qwen2", "tokenizers/qwen3-hf/tokenizer.json", true},
+    {"qwen3-tiny", "qwen3-tiny", "qwen3", "tokenizers/qwen3-hf/tokenizer.json", true},
+    {"llama3-tiny", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", false},
+    {"llama3-tiny-tied", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", true},
+    {"gemma-tiny", "gemma-tiny", "gemma", "vocab/ggml-vocab-llama-spm.gguf", true},
+    {"gemma2-tiny", "gemma2-tiny", "gemma2", "vocab/ggml-vocab-llama-spm.gguf", true},
+    {"gemma3-tiny", "gemma3-tiny", "gemma3", "vocab/ggml-vocab-llama-spm.gguf", true},
+    {"phi3-tiny", "phi3-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false},
 };
+
+bool has_text_prompt(const Case& c) { return std::string(c.vocab).ends_with(".json"); }
 
 std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/families/" + name; }
 
 // Exactly what tests/data/families/README.md's kiln-gen command lines write.
 kiln::gen::GenerateOptions reference_options(const Case& c) {
   kiln::gen::GenerateOptions o;
-  o.shape = *kiln::gen::find_shape(c.name);
+  o.shape = *kiln::gen::find_shape(c.shape);
   o.type = kiln::TensorType::F32;
   o.seed = 7;
   o.weight_std = 0.1;
@@ -60,26 +72,35 @@ kiln::gen::GenerateOptions reference_options(const Case& c) {
   return o;
 }
 
-std::vector<uint8_t> reference_bytes(const Case& c) {
-  return kiln::gen::build_model(reference_options(c), *kiln::gguf::File::open(shared_path(c.vocab))).to_bytes();
+// As kiln-gen --vocab-from does with the case's vocabulary file.
+kiln::gguf::Writer build(const kiln::gen::GenerateOptions& o, const Case& c) {
+  const std::string path = shared_path(c.vocab);
+  if (has_text_prompt(c)) return kiln::gen::build_model(o, kiln::Tokenizer::from_file(path)->vocab());
+  return kiln::gen::build_model(o, *kiln::gguf::File::open(path));
 }
 
-const std::string& reference_model(const Case& c) {
-  static std::map<std::string, std::string> written;
+// The reference file of a case, written once per test program; its sha256 is taken from
+// the bytes written (generating a 70 MB file twice would double the test's time).
+struct Written {
+  std::string path, sha256;
+};
+const Written& reference_model(const Case& c) {
+  static std::map<std::string, Written> written;
   auto it = written.find(c.name);
   if (it == written.end()) {
-    const std::string path = temp_dir() + "/" + c.name + ".gguf";
-    const std::vector<uint8_t> bytes = reference_bytes(c);
-    write_file(path, std::string(bytes.begin(), bytes.end()));
-    it = written.emplace(c.name, path).first;
+    const std::vector<uint8_t> bytes = build(reference_options(c), c).to_bytes();
+    Written w{temp_dir() + "/" + c.name + ".gguf", sha256_hex(bytes.data(), bytes.size())};
+    write_file(w.path, std::string(bytes.begin(), bytes.end()));
+    it = written.emplace(c.name, std::move(w)).first;
   }
   return it->second;
 }
 
 // subset.py's format: "tokens ids", "columns <n_vocab> <stride>", per position
-// "logits <pos> <every stride-th logit>" and "argmax <pos> <id> <value>", "greedy ids".
+// "logits <pos> <every stride-th logit>" and "argmax <pos> <id> <value>", "greedy ids";
+// and for a text prompt "prompt_tokens ids", llama.cpp's tokenization of prompt.txt.
 struct Reference {
-  std::vector<int32_t> tokens, greedy;
+  std::vector<int32_t> tokens, greedy, prompt_tokens;
   size_t n_vocab = 0, stride = 0;
   std::vector<std::vector<double>> logits;  // [position][column / stride]
   std::vector<size_t> argmax;               // [position], over the whole vocabulary
@@ -92,8 +113,9 @@ Reference read_reference(const Case& c) {
     std::istringstream ls(line);
     std::string tag;
     ls >> tag;
-    if (tag == "tokens" || tag == "greedy") {
-      for (int32_t id; ls >> id;) (tag == "tokens" ? r.tokens : r.greedy).push_back(id);
+    if (tag == "tokens" || tag == "greedy" || tag == "prompt_tokens") {
+      auto& ids = tag == "tokens" ? r.tokens : tag == "greedy" ? r.greedy : r.prompt_tokens;
+      for (int32_t id; ls >> id;) ids.push_back(id);
     } else if (tag == "columns") {
       ls >> r.n_vocab >> r.stride;
     } else if (tag == "logits") {
@@ -141,26 +163,31 @@ kiln::SessionParams session_params(int32_t n_batch, int32_t n_threads, kiln::Fla
 
 class FamilyReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FamilyReference, RegeneratedFileIsTheOneLlamaCppSaw) {
-  const std::vector<uint8_t> bytes = reference_bytes(GetParam());
+TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
   std::istringstream sha(read_file(data_path(std::string(GetParam().name) + ".gguf.sha256")));
   std::string want;
   sha >> want;
-  EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), want)
+  ASSERT_EQ(reference_model(GetParam()).sha256, want)
       << "kiln-gen no longer writes the file the committed llama.cpp logits were computed on";
-}
-
-TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
   const Reference ref = read_reference(GetParam());
   ASSERT_GE(ref.tokens.size(), 16u);
   ASSERT_EQ(ref.logits.size(), ref.tokens.size());
   ASSERT_EQ(ref.argmax.size(), ref.tokens.size());
-  auto model = kiln::Model::load(reference_model(GetParam()));
+  auto model = kiln::Model::load(reference_model(GetParam()).path);
   const kiln::ModelConfig& c = model->config();
   ASSERT_EQ(c.arch, GetParam().arch);
   ASSERT_EQ(c.n_vocab, ref.n_vocab);
   ASSERT_EQ(ref.logits[0].size(), (c.n_vocab + ref.stride - 1) / ref.stride);
   EXPECT_TRUE(c.ignored_keys.empty()) << c.ignored_keys.front();
+  if (has_text_prompt(GetParam())) {
+    // The file's own tokenizer (the GGUF metadata written from tokenizer.json) splits
+    // the prompt as llama.cpp did, BOS included where the family adds one; those ids are
+    // the ones whose logits llama.cpp printed.
+    const std::string prompt = read_file(data_path("prompt.txt"));
+    ASSERT_FALSE(ref.prompt_tokens.empty());
+    EXPECT_EQ(model->tokenizer().encode(prompt, /*add_bos=*/true), ref.prompt_tokens);
+    EXPECT_EQ(ref.tokens, ref.prompt_tokens);
+  }
 
   struct Path {
     const char* name;
@@ -213,11 +240,16 @@ TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
   }
 }
 
+// "llama3-tiny-tied" -> "Llama3Tied".
 INSTANTIATE_TEST_SUITE_P(Files, FamilyReference, ::testing::ValuesIn(kCases), [](const auto& info) {
-  std::string n = info.param.name;
-  n = n.substr(0, n.find('-'));
-  n[0] = char(std::toupper(n[0]));
-  return n;
+  std::string out;
+  std::istringstream parts(info.param.name);
+  for (std::string part; std::getline(parts, part, '-');) {
+    if (part == "tiny") continue;
+    part[0] = char(std::toupper(part[0]));
+    out += part;
+  }
+  return out;
 });
 
 namespace {
@@ -230,7 +262,7 @@ const Case& case_named(const std::string& name) {
 
 // A copy of a reference file with one more metadata key.
 std::string with_key(const Case& c, const std::string& key, const kiln::gguf::Value& value) {
-  auto f = kiln::gguf::File::open(reference_model(c));
+  auto f = kiln::gguf::File::open(reference_model(c).path);
   kiln::gguf::Writer w;
   for (const auto& [k, v] : f->metadata()) w.set(k, v);
   w.set(key, value);
@@ -258,8 +290,8 @@ TEST(Families, InfoNamesTheFamilyItsPartsAndIgnoredKeys) {
     bool ignored;
   };
   const std::vector<Want> wants = {
-      {reference_model(case_named("qwen2-tiny")), {"architecture: qwen2", "neox", "features:     Q/K/V biases"}, false},
-      {reference_model(case_named("gemma3-tiny")),
+      {reference_model(case_named("qwen2-tiny")).path, {"architecture: qwen2", "neox", "features:     Q/K/V biases"}, false},
+      {reference_model(case_named("gemma3-tiny")).path,
        {"architecture: gemma3", "GeGLU", "per-head Q/K RMSNorm, post-norms, embeddings x8", "scaling linear x8",
         "window layers' RoPE base 10000", "6 on layers 0-1, 3; global 2", "tied to token_embd"},
        false},
@@ -290,7 +322,7 @@ TEST(Families, Gemma3ContextShiftAndEvictionTurnEachLayerBackWithItsOwnRope) {
   const Reference ref = read_reference(case_named("gemma3-tiny"));
   for (bool layer0_global : {false, true}) {
     SCOPED_TRACE(layer0_global ? "layer 0 global" : "layer 0 local");
-    auto model = kiln::Model::load(reference_model(case_named("gemma3-tiny")));
+    auto model = kiln::Model::load(reference_model(case_named("gemma3-tiny")).path);
     if (layer0_global) model->mutable_config().swa_window[0] = 0;
     kiln::SessionParams p = session_params(512, 1, kiln::FlashAttention::off);
     p.swa_full = true;  // the shift keeps positions a ring would have dropped
@@ -344,11 +376,38 @@ TEST(Families, Qwen2WithoutBiasesIsRefused) {
   kiln::gen::GenerateOptions o = reference_options(case_named("qwen2-tiny"));
   o.shape.biases = false;
   const std::string path = temp_dir() + "/qwen2-no-bias.gguf";
-  kiln::gen::build_model(o, *kiln::gguf::File::open(shared_path(case_named("qwen2-tiny").vocab))).write(path);
+  // The vocabulary plays no part here: the 32000-token one is faster to build than Qwen's.
+  kiln::gen::build_model(o, *kiln::gguf::File::open(shared_path("vocab/ggml-vocab-llama-spm.gguf"))).write(path);
   try {
     kiln::Model::load(path);
     ADD_FAILURE() << "loaded";
   } catch (const kiln::Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0 lacks attn_q/attn_k/attn_v bias"), std::string::npos) << e.what();
   }
+}
+
+// A vocabulary that a GGUF cannot carry as its source tokenizes is refused, not written
+// with another tokenizer's behaviour: a byte-level split without a tokenizer.ggml.pre name,
+// and SentencePiece-style BPE (Gemma's tokenizer.json), whose GGUF form needs scores.
+TEST(Families, GeneratorRefusesVocabulariesAGgufCannotState) {
+  const auto tokenizer = [](const std::string& rest) {
+    const std::string path = temp_dir() + "/tokenizer.json";
+    write_file(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, )" + rest + "}");
+    return kiln::Tokenizer::from_file(path);
+  };
+  const kiln::gen::GenerateOptions o = reference_options(case_named("qwen2-tiny"));
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "ByteLevel"})", "has no tokenizer.ggml.pre name"},
+      {R"("pre_tokenizer": null)", "SentencePiece vocabulary without scores"},
+  };
+  for (const auto& [rest, message] : cases) {
+    try {
+      kiln::gen::build_model(o, tokenizer(rest)->vocab());
+      ADD_FAILURE() << rest << ": built";
+    } catch (const kiln::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  // The same split without the normalizer is GPT-2's and is written.
+  EXPECT_NO_THROW(kiln::gen::build_model(o, tokenizer(R"("pre_tokenizer": {"type": "ByteLevel"})")->vocab()));
 }

@@ -12,6 +12,7 @@
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
 #include "test_util.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
 namespace {
@@ -77,27 +78,29 @@ TEST_P(HfReference, EncodesLikeTransformersJsAndDecodesBack) {
   EXPECT_EQ(tok->decode(plain), text);
   EXPECT_LT(tok->encode(text, false, true).size(), plain.size());
 
-  // The same vocabulary as a GGUF with the family's tokenizer.ggml.pre (what a converter
-  // writes for Llama 3 and Qwen models) encodes the same, except where Qwen's NFC
-  // normalization (which GGUF files do not ask for) changes the text.
+  // The vocabulary written out as GGUF metadata (what kiln-gen --vocab-from does with a
+  // tokenizer.json) names the pre-tokenizer as llama.cpp's converter does, and encodes the
+  // same, except where Qwen's NFC normalization (which GGUF files do not ask for) changes
+  // the text. Llama 3's file has no template adding BOS; llama.cpp adds it for llama-bpe.
   if (family != "gemma3") {
-    using gguf::Value;
-    const Vocab& v = tok->vocab();
+    EXPECT_EQ(tok->vocab().pre, family == "llama3" ? "llama-bpe" : "qwen2");
+    EXPECT_EQ(tok->vocab().add_bos, family == "llama3");
     gguf::Writer w;
-    w.set("general.architecture", Value::of_string("llama"));
-    w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
-    w.set("tokenizer.ggml.pre", Value::of_string(family == "llama3" ? "llama-bpe" : "qwen2"));
-    std::vector<Value> tokens, types, merges;
-    for (const auto& t : v.tokens) tokens.push_back(Value::of_string(t));
-    for (TokenType t : v.types) types.push_back(Value::of_i32((int32_t)t));
-    for (const auto& m : v.merges) merges.push_back(Value::of_string(m));
-    w.set("tokenizer.ggml.tokens", Value::of_array(gguf::ValueType::STRING, std::move(tokens)));
-    w.set("tokenizer.ggml.token_type", Value::of_array(gguf::ValueType::INT32, std::move(types)));
-    w.set("tokenizer.ggml.merges", Value::of_array(gguf::ValueType::STRING, std::move(merges)));
+    w.set("general.architecture", gguf::Value::of_string("llama"));
+    write_vocab_gguf(w, tok->vocab());
     const std::string path = test::temp_dir() + "/" + family + ".gguf";
     w.write(path);
     auto file = gguf::File::open(path);
     auto from_gguf = Tokenizer::from_gguf(*file);
+    EXPECT_EQ(from_gguf->vocab().pre, tok->vocab().pre);
+    EXPECT_EQ(from_gguf->vocab().add_bos, tok->vocab().add_bos);
+    // Qwen names no BOS, and a GGUF without the key gets GPT-2's 11 (never added) in
+    // llama.cpp and kiln alike.
+    if (tok->bos() >= 0) {
+      EXPECT_EQ(from_gguf->bos(), tok->bos());
+    }
+    EXPECT_EQ(from_gguf->eos(), tok->eos());
+    EXPECT_EQ(from_gguf->vocab().types, tok->vocab().types);
     for (size_t i = 0; i < ref.strings.size(); ++i) {
       if (family == "qwen3" && ref.decoded[i] != ref.strings[i]) continue;
       EXPECT_EQ(from_gguf->encode(ref.strings[i], false, true), ref.ids[i]) << family << " GGUF [" << ref.strings[i] << "]";
@@ -227,6 +230,41 @@ TEST(TokenizeCli, UnknownPreOrModelIsOneLineNamingTheSupportedOnes) {
   r = test::run_command(test::shell_quote(test::kiln_binary()) + " tokenize " + dir + "/ok.gguf abba --ids");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::trim(r.out), "[2, 1, 0]");
+}
+
+// A file that does not say whether BOS is added gets llama.cpp's default: Llama 3's
+// pre-tokenizer adds it, other byte-level BPE does not.
+TEST(BpeVocab, AddBosDefaultFollowsThePreTokenizer) {
+  for (const auto& [pre, add_bos] : {std::pair{"llama-bpe", true}, {"llama3", true}, {"qwen2", false}, {"gpt-2", false}}) {
+    const std::string path = test::temp_dir() + "/bos-" + pre + ".gguf";
+    bpe_vocab("gpt2", pre).write(path);
+    EXPECT_EQ(Vocab::from_gguf(*gguf::File::open(path)).add_bos, add_bos) << pre;
+    gguf::Writer w = bpe_vocab("gpt2", pre);
+    w.set("tokenizer.ggml.add_bos_token", gguf::Value::of_bool(!add_bos));
+    w.write(path);
+    EXPECT_EQ(Vocab::from_gguf(*gguf::File::open(path)).add_bos, !add_bos) << pre << ", stated";
+  }
+}
+
+// A tokenizer.json split gets a GGUF name only when it is exactly a known one: a Split
+// that is not Isolated, or a normalizer GGUF cannot state, leaves it unnamed.
+TEST(BpeVocab, PreTokenizerNameOnlyForAnExactMatch) {
+  const std::string gpt2 = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  const auto pre_of = [](const std::string& normalizer, const std::string& pre_tokenizer) {
+    const std::string path = test::temp_dir() + "/tokenizer.json";
+    test::write_file(path, R"({"normalizer": )" + normalizer + R"(, "pre_tokenizer": )" + pre_tokenizer +
+                               R"(, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
+    return Tokenizer::from_file(path)->vocab().pre;
+  };
+  EXPECT_EQ(pre_of("null", gpt2), "gpt-2");
+  EXPECT_EQ(pre_of(R"({"type": "NFC"})", gpt2), "gpt-2");
+  EXPECT_EQ(pre_of(R"({"type": "Lowercase"})", gpt2), "tokenizer.json");
+  EXPECT_EQ(pre_of("null", R"({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, )" +
+                               gpt2 + "]}"),
+            "starcoder");
+  EXPECT_EQ(pre_of("null", R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\p{N}"},
+                               "behavior": "MergedWithNext"}, )" + gpt2 + "]}"),
+            "tokenizer.json");
 }
 
 }  // namespace

@@ -4,10 +4,23 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "kiln/tokenizer.h"
 #include "model/generate_model.h"
+
+namespace {
+
+bool is_gguf(const std::string& path) {
+  char magic[4] = {};
+  std::ifstream(path, std::ios::binary).read(magic, 4);
+  return std::string(magic, 4) == "GGUF";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a GGUF (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3 or mpt) with random weights of a real model's shape"};
@@ -21,7 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--type", type_name, "Weight type of the matrices: f32|f16|bf16 (norms stay f32)")
       ->capture_default_str();
   app.add_option("--vocab-from", vocab_path,
-                 "GGUF whose tokenizer.* metadata is copied; its token list sets the vocabulary size")
+                 "GGUF whose tokenizer.* metadata is copied, or a tokenizer.json / tokenizer.model whose "
+                 "vocabulary is written as GGUF metadata; its token list sets the vocabulary size")
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--seed", seed, "Random seed (the same seed gives the same file)")->capture_default_str();
@@ -55,8 +69,9 @@ int main(int argc, char** argv) {
     o.seed = seed;
 
     const auto t0 = std::chrono::steady_clock::now();
-    auto vocab = kiln::gguf::File::open(vocab_path);
-    const kiln::gguf::Writer writer = kiln::gen::build_model(o, *vocab);
+    const kiln::gguf::Writer writer = is_gguf(vocab_path)
+                                          ? kiln::gen::build_model(o, *kiln::gguf::File::open(vocab_path))
+                                          : kiln::gen::build_model(o, kiln::Tokenizer::from_file(vocab_path)->vocab());
     const auto t1 = std::chrono::steady_clock::now();
     writer.write(out_path);
     const auto t2 = std::chrono::steady_clock::now();

@@ -9,6 +9,8 @@
 
 #include "kernels/kernels.h"
 #include "kiln/error.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln::gen {
 namespace {
@@ -167,15 +169,16 @@ std::vector<std::string> shape_names() {
   return names;
 }
 
-gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
+namespace {
+
+// The model around a vocabulary: `write_tokenizer` puts its tokenizer.* keys where a
+// converter would, after the hyperparameters.
+template <typename WriteTokenizer>
+gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& write_tokenizer) {
   const ModelShape& s = o.shape;
   check_shape(s);
   if (o.type != TensorType::F32 && o.type != TensorType::F16 && o.type != TensorType::BF16)
     throw Error("kiln-gen writes F32, F16 or BF16 weights, not " + type_name(o.type));
-  const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
-  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->size() == 0)
-    throw Error(vocab.path() + ": no tokenizer.ggml.tokens to take the vocabulary from");
-  const uint64_t n_vocab = tokens->size();
 
   using gguf::Value;
   gguf::Writer w;
@@ -216,8 +219,7 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
     if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", Value::of_f32(s.final_softcap));
   }
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
-  for (const auto& [key, value] : vocab.metadata())
-    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  write_tokenizer(w);
 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
@@ -298,6 +300,30 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
     if (post_norms) norm(b + "post_ffw_norm.weight");
   }
   return w;
+}
+
+}  // namespace
+
+gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
+  const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->items.empty())
+    throw Error(vocab.path() + ": no tokenizer.ggml.tokens to take the vocabulary from");
+  return build(o, tokens->items.size(), [&](gguf::Writer& w) {
+    for (const auto& [key, value] : vocab.metadata())
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  });
+}
+
+gguf::Writer build_model(const GenerateOptions& o, const Vocab& vocab) {
+  if (vocab.tokens.empty()) throw Error("the vocabulary has no tokens");
+  // A file whose tokenizer would split text otherwise than its source is refused.
+  if (vocab.model == "gpt2" && vocab.pre == "tokenizer.json")
+    throw Error("the tokenizer.json's pre-tokenizer has no tokenizer.ggml.pre name (known: " +
+                Pretokenizer::supported_ggml_pre() + ")");
+  if (vocab.model == "llama" && vocab.scores.empty())
+    throw Error("a SentencePiece vocabulary without scores (a tokenizer.json has merges instead): "
+                "give the model's tokenizer.model");
+  return build(o, vocab.tokens.size(), [&](gguf::Writer& w) { write_vocab_gguf(w, vocab); });
 }
 
 }  // namespace kiln::gen

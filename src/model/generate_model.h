@@ -12,6 +12,7 @@
 
 #include "kiln/gguf.h"
 #include "kiln/tensor_type.h"
+#include "kiln/tokenizer.h"
 
 namespace kiln::gen {
 
@@ -72,5 +73,9 @@ struct GenerateOptions {
 // depend on the order or number of the others (--layers 1 is a prefix of the full model).
 // Throws kiln::Error for a bad shape, type or vocabulary.
 gguf::Writer build_model(const GenerateOptions& options, const gguf::File& vocab);
+// The same with the tokenizer.* keys of `vocab` (write_vocab_gguf): a vocabulary read
+// from a tokenizer.json or tokenizer.model file. One a GGUF cannot state (a split with no
+// tokenizer.ggml.pre name, SentencePiece pieces without scores) throws kiln::Error.
+gguf::Writer build_model(const GenerateOptions& options, const Vocab& vocab);
 
 }  // namespace kiln::gen

@@ -12,6 +12,7 @@
 
 #include "kiln/error.h"
 #include "kiln/model.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
 namespace {
@@ -50,34 +51,6 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
   return b;
-}
-
-void write_vocab(gguf::Writer& w, const Vocab& v) {
-  using gguf::Value;
-  using gguf::ValueType;
-  std::vector<Value> tokens, scores, types;
-  for (const auto& t : v.tokens) tokens.push_back(Value::of_string(t));
-  for (float s : v.scores) scores.push_back(Value::of_f32(s));
-  for (TokenType t : v.types) types.push_back(Value::of_i32((int32_t)t));
-  w.set("tokenizer.ggml.model", Value::of_string(v.model));
-  // A tokenizer.json's pre-tokenizer has no GGUF name; the loader's default stands in
-  // until load_llama2c puts the real tokenizer back.
-  if (!v.pre.empty() && v.pre != "tokenizer.json") w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
-  w.set("tokenizer.ggml.tokens", Value::of_array(ValueType::STRING, tokens));
-  if (!scores.empty()) w.set("tokenizer.ggml.scores", Value::of_array(ValueType::FLOAT32, scores));
-  if (!types.empty()) w.set("tokenizer.ggml.token_type", Value::of_array(ValueType::INT32, types));
-  if (!v.merges.empty()) {
-    std::vector<Value> merges;
-    for (const auto& m : v.merges) merges.push_back(Value::of_string(m));
-    w.set("tokenizer.ggml.merges", Value::of_array(ValueType::STRING, merges));
-  }
-  const std::pair<const char*, int32_t> ids[] = {{"bos_token_id", v.bos_id}, {"eos_token_id", v.eos_id},
-                                                 {"unknown_token_id", v.unk_id}, {"padding_token_id", v.pad_id}};
-  for (const auto& [name, id] : ids) {
-    if (id >= 0) w.set(std::string("tokenizer.ggml.") + name, Value::of_u32((uint32_t)id));
-  }
-  w.set("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
-  w.set("tokenizer.ggml.add_space_prefix", Value::of_bool(v.add_space_prefix));
 }
 
 }  // namespace
@@ -200,7 +173,7 @@ gguf::Writer llama2c_to_gguf(const std::string& path, const Vocab& vocab) {
   // run.c's constants: RMSNorm epsilon 1e-5, RoPE base 10000.
   w.set("llama.attention.layer_norm_rms_epsilon", Value::of_f32(1e-5f));
   w.set("llama.rope.freq_base", Value::of_f32(10000.0f));
-  write_vocab(w, vocab);
+  write_vocab_gguf(w, vocab);
 
   // PyTorch's [out][in] row-major matrices are ggml's [in, out]: the bytes carry over.
   const auto F32 = TensorType::F32;

@@ -4,12 +4,14 @@
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/error.h"
 #include "kiln/tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/hf_json_reader.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
 namespace {
@@ -58,11 +60,19 @@ SplitBehavior behavior_of(const Context& cx, const json& j) {
   cx.fail("split behavior '" + b + "' is not supported");
 }
 
-void add_normalizer(const Context& cx, const json& n, Normalizer& out) {
+// What decides whether the file's text processing has a GGUF name (tokenizer.ggml.pre):
+// the split patterns in order, each isolating its matches, and no normalizer but NFC.
+struct PreSignature {
+  std::vector<std::string> patterns;
+  bool nameable = true;
+};
+
+void add_normalizer(const Context& cx, const json& n, Normalizer& out, PreSignature& sig) {
   if (n.is_null()) return;
   const std::string t = type_of(n);
+  if (t != "Sequence" && t != "NFC") sig.nameable = false;
   if (t == "Sequence") {
-    for (const json& step : n.at("normalizers")) add_normalizer(cx, step, out);
+    for (const json& step : n.at("normalizers")) add_normalizer(cx, step, out, sig);
   } else if (t == "NFC") {
     out.add_unicode_form(Normalizer::Form::nfc);
   } else if (t == "NFD") {
@@ -85,24 +95,32 @@ void add_normalizer(const Context& cx, const json& n, Normalizer& out) {
 
 // `byte_level` is set when a ByteLevel step is present: merging then runs on GPT-2's
 // byte alphabet and pieces decode back through it.
-void add_pretokenizer(const Context& cx, const json& p, BpeOptions& opt, bool& byte_level) {
+void add_pretokenizer(const Context& cx, const json& p, BpeOptions& opt, bool& byte_level, PreSignature& sig) {
   if (p.is_null()) return;
   const std::string t = type_of(p);
+  auto stage = [&](const std::string& pattern, SplitBehavior behavior = SplitBehavior::isolated) {
+    opt.pretokenizer.add_stage(pattern, behavior);
+    sig.patterns.push_back(pattern);
+    if (behavior != SplitBehavior::isolated) sig.nameable = false;
+  };
   if (t == "Sequence") {
-    for (const json& step : p.at("pretokenizers")) add_pretokenizer(cx, step, opt, byte_level);
+    for (const json& step : p.at("pretokenizers")) add_pretokenizer(cx, step, opt, byte_level, sig);
   } else if (t == "Split") {
     if (p.value("invert", false)) cx.fail("Split pre-tokenizer with invert: true is not supported");
-    opt.pretokenizer.add_stage(pattern_of(cx, p.at("pattern")), behavior_of(cx, p));
+    stage(pattern_of(cx, p.at("pattern")), behavior_of(cx, p));
   } else if (t == "ByteLevel") {
     byte_level = true;
     // A ByteLevel step adds a space before text that lacks one; kiln applies it to each
     // segment between added tokens, which is where it acts when ByteLevel comes first.
-    if (p.value("add_prefix_space", false)) opt.normalizer.add_prepend(" ", /*unless_present=*/true);
-    if (p.value("use_regex", true)) opt.pretokenizer.add_stage(Pretokenizer::gpt2_pattern());
+    if (p.value("add_prefix_space", false)) {
+      opt.normalizer.add_prepend(" ", /*unless_present=*/true);
+      sig.nameable = false;
+    }
+    if (p.value("use_regex", true)) stage(Pretokenizer::gpt2_pattern());
   } else if (t == "Digits") {
-    opt.pretokenizer.add_stage(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
+    stage(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
   } else if (t == "Punctuation") {
-    opt.pretokenizer.add_stage(R"([\p{P}\$\+<=>\^~\|`])", behavior_of(cx, p));
+    stage(R"([\p{P}\$\+<=>\^~\|`])", behavior_of(cx, p));
   } else {
     cx.fail("pre-tokenizer " + p.dump().substr(0, 120) +
             " is not supported (supported: Sequence, Split, ByteLevel, Digits, Punctuation)");
@@ -183,22 +201,33 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
     if (v.unk_id >= 0) v.types[(size_t)v.unk_id] = TokenType::unknown;
   }
 
-  add_normalizer(cx, member(j, "normalizer"), opt.normalizer);
+  PreSignature sig;
+  add_normalizer(cx, member(j, "normalizer"), opt.normalizer, sig);
   bool byte_level = false;
-  add_pretokenizer(cx, member(j, "pre_tokenizer"), opt, byte_level);
+  add_pretokenizer(cx, member(j, "pre_tokenizer"), opt, byte_level, sig);
   if (type_of(member(j, "decoder")) == "ByteLevel") byte_level = true;
   opt.byte_level = byte_level;
   v.model = byte_level ? "gpt2" : "llama";
   v.add_space_prefix = false;
+  // A byte-level split that llama.cpp knows by name gets that name, so that the
+  // vocabulary written out as a GGUF (write_vocab_gguf) is tokenized the same way there.
+  // NFC is dropped on the way, as converters do: GGUF has no key for it.
+  if (byte_level && sig.nameable) {
+    const std::string name = Pretokenizer::ggml_pre_name(sig.patterns, opt.ignore_merges);
+    if (!name.empty()) v.pre = name;
+  }
 
   // BOS/EOS: tokenizer_config.json beside the file names them; the post-processor's
-  // template says whether BOS is added (the config's add_bos_token overrides it).
-  v.add_bos = false;
+  // template says whether BOS is added (the config's add_bos_token overrides it). When
+  // neither says, a byte-level vocabulary follows llama.cpp's default for its GGUF name
+  // (Llama 3 files whose template was lost still get BOS); others add none, as
+  // transformers does.
+  std::optional<bool> add_bos;
   const json& post = member(j, "post_processor");
   if (type_of(post) == "TemplateProcessing" && post.contains("single") && !post.at("single").empty() &&
       post.at("single").at(0).contains("SpecialToken")) {
     v.bos_id = find_id(post.at("single").at(0).at("SpecialToken").at("id").get<std::string>());
-    v.add_bos = v.bos_id >= 0;
+    add_bos = v.bos_id >= 0;
   }
   const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config)) {
@@ -206,10 +235,10 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
     if (c.contains("bos_token")) v.bos_id = find_id(config_token(c.at("bos_token")));
     if (c.contains("eos_token")) v.eos_id = find_id(config_token(c.at("eos_token")));
     if (c.contains("pad_token")) v.pad_id = find_id(config_token(c.at("pad_token")));
-    if (c.contains("add_bos_token") && c.at("add_bos_token").is_boolean()) v.add_bos = c.at("add_bos_token").get<bool>();
+    if (c.contains("add_bos_token") && c.at("add_bos_token").is_boolean()) add_bos = c.at("add_bos_token").get<bool>();
     if (c.contains("add_eos_token") && c.at("add_eos_token").is_boolean()) v.add_eos = c.at("add_eos_token").get<bool>();
   }
-  v.add_bos = v.add_bos && v.bos_id >= 0;
+  v.add_bos = add_bos.value_or(byte_level && default_add_bos(v.model, v.pre)) && v.bos_id >= 0;
 
   const auto merges = doc.merges();
   // The vocabulary keeps them as GGUF spells them ("a b"), so it can be written out as one.

@@ -1,5 +1,6 @@
 #include "tokenizer/pretokenizer.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -140,6 +141,14 @@ Pretokenizer Pretokenizer::for_ggml_pre(const std::string& pre, bool* ignore_mer
     }
   }
   throw Error("tokenizer.ggml.pre '" + pre + "' is not supported (supported: " + supported_ggml_pre() + ")");
+}
+
+std::string Pretokenizer::ggml_pre_name(const std::vector<std::string>& patterns, bool ignore_merges) {
+  for (const Family& f : families()) {
+    if (f.ignore_merges == ignore_merges && std::equal(patterns.begin(), patterns.end(), f.stages.begin(), f.stages.end()))
+      return *f.names.begin();
+  }
+  return "";
 }
 
 std::string Pretokenizer::supported_ggml_pre() {

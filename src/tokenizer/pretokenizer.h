@@ -34,6 +34,9 @@ class Pretokenizer {
   // supported ones.
   static Pretokenizer for_ggml_pre(const std::string& pre, bool* ignore_merges);
   static std::string supported_ggml_pre();
+  // The tokenizer.ggml.pre name whose stages are exactly `patterns` (each isolating its
+  // matches) with this ignore_merges, or "" when no GGUF name describes them.
+  static std::string ggml_pre_name(const std::vector<std::string>& patterns, bool ignore_merges);
 
   // The pattern Hugging Face's ByteLevel pre-tokenizer splits with (use_regex: true).
   static const std::string& gpt2_pattern();

@@ -1,10 +1,13 @@
 // Vocab::from_gguf: the tokenizer.ggml.* keys, with llama.cpp's per-model defaults for
 // whatever a file leaves out, validated so that no later lookup can go out of range.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
 namespace {
@@ -21,7 +24,7 @@ void apply_model_defaults(Vocab& v) {
     v.add_bos = true, v.add_space_prefix = true;
   } else if (v.model == "gpt2") {
     v.bos_id = 11, v.eos_id = 11;
-    v.add_bos = false, v.add_space_prefix = false;
+    v.add_bos = default_add_bos(v.model, v.pre), v.add_space_prefix = false;
   } else if (v.model == "bert") {
     v.bos_id = 101, v.unk_id = 100, v.pad_id = 0;
     v.add_bos = true, v.add_space_prefix = false;
@@ -73,6 +76,44 @@ void check_length(const gguf::File& f, std::string_view name, size_t n, size_t n
 }
 
 }  // namespace
+
+bool default_add_bos(const std::string& model, const std::string& pre) {
+  if (model == "llama" || model == "bert") return true;
+  // Not every Llama 3 tokenizer.json has the post-processor that adds BOS (../shared's
+  // does not), so converters may write no add_bos_token; llama.cpp then adds it anyway.
+  if (model == "gpt2") return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
+  return false;
+}
+
+void write_vocab_gguf(gguf::Writer& w, const Vocab& v) {
+  using gguf::Value;
+  using gguf::ValueType;
+  std::vector<Value> token_values, score_values, type_values;
+  token_values.reserve(v.tokens.size());
+  for (const auto& t : v.tokens) token_values.push_back(Value::of_string(t));
+  for (float s : v.scores) score_values.push_back(Value::of_f32(s));
+  for (TokenType t : v.types) type_values.push_back(Value::of_i32((int32_t)t));
+  w.set(key("model"), Value::of_string(v.model));
+  if (!v.pre.empty() && v.pre != "tokenizer.json") w.set(key("pre"), Value::of_string(v.pre));
+  w.set(key("tokens"), Value::of_array(ValueType::STRING, std::move(token_values)));
+  if (!score_values.empty()) w.set(key("scores"), Value::of_array(ValueType::FLOAT32, std::move(score_values)));
+  if (!type_values.empty()) w.set(key("token_type"), Value::of_array(ValueType::INT32, std::move(type_values)));
+  if (!v.merges.empty()) {
+    std::vector<Value> merge_values;
+    merge_values.reserve(v.merges.size());
+    for (const auto& m : v.merges) merge_values.push_back(Value::of_string(m));
+    w.set(key("merges"), Value::of_array(ValueType::STRING, std::move(merge_values)));
+  }
+  const std::pair<const char*, int32_t> ids[] = {{"bos_token_id", v.bos_id},     {"eos_token_id", v.eos_id},
+                                                 {"unknown_token_id", v.unk_id}, {"padding_token_id", v.pad_id},
+                                                 {"eot_token_id", v.eot_id},     {"eom_token_id", v.eom_id}};
+  for (const auto& [name, id] : ids) {
+    if (id >= 0) w.set(key(name), Value::of_u32((uint32_t)id));
+  }
+  w.set(key("add_bos_token"), Value::of_bool(v.add_bos));
+  if (v.add_eos) w.set(key("add_eos_token"), Value::of_bool(true));
+  w.set(key("add_space_prefix"), Value::of_bool(v.add_space_prefix));
+}
 
 Vocab Vocab::from_gguf(const gguf::File& f) {
   Vocab v;

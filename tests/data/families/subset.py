@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Cuts llama-logits output (every position's logits over the whole vocabulary) down to
-what tests/families_test.cpp compares: every 64th column, each position's argmax over
-the whole vocabulary with its value, the tokens and the greedy continuation.
+what tests/families_test.cpp compares: every STRIDE-th column (64 unless given; 256 for
+the 128k-151k vocabularies keeps about 500 a position), each position's argmax over the
+whole vocabulary with its value, the tokens and the greedy continuation.
 
-    subset.py FULL.llama-logits.txt > ARCH.logits.txt
+    subset.py FULL.llama-logits.txt [STRIDE] > ARCH.logits.txt
 """
 import sys
 
-STRIDE = 64
-
 def main():
+    STRIDE = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     out = []
     for line in open(sys.argv[1]):
         parts = line.split()
