@@ -42,6 +42,25 @@ struct GemmArgs {
   const void* x_prepared = nullptr;
 };
 
+// P V of tiled attention with the values stored by position (quantized value caches):
+//   out[i * ldo + e] += sum_{j < n_pos} p[i * ldp + j] * V_j[e0 + e]   for i < rows, e < n
+// V_j, value row j, starts at (const char*)v + j * v_stride and holds values of v_type
+// (F32, F16, BF16, Q8_0 or Q4_0; block types in whole 32-value blocks from the row start,
+// any e0 and n). Every output gets its terms one position at a time, in order (a fused
+// multiply-add in the SIMD tables, a product then a sum in the scalar one), so its bits
+// depend neither on rows nor on how a caller splits the positions over several calls.
+struct PvArgs {
+  TensorType v_type;
+  const void* v;
+  size_t v_stride;
+  size_t e0, n;
+  const float* p;
+  size_t ldp;
+  size_t rows, n_pos;
+  float* out;
+  size_t ldo;
+};
+
 struct Ops {
   Isa isa;
 
@@ -95,6 +114,9 @@ struct Ops {
   // x[i] = exp(x[i] - max), returns the sum (exp(-inf) = 0): the unnormalized softmax that
   // tiled attention rescales block by block.
   float (*exp_sum)(float* x, size_t n, float max);
+
+  // See PvArgs. Each value row is decoded once per call, whatever rows is.
+  void (*pv)(const PvArgs& args);
 };
 
 // Writes rows [r0, r1) (r0 a multiple of 16) of a file-layout weight of `type` into the

@@ -189,6 +189,39 @@ void gelu(const float* x, float* out, size_t n) {
   }
 }
 
+// Values [e0, e0 + n) of one value row as floats; a slice that starts or ends inside a
+// block (heads narrower than a block) keeps only its part of the blocks it touches.
+void value_slice(TensorType t, const char* row, size_t e0, size_t n, float* out) {
+  if (is_float_type(t)) {
+    for (size_t e = 0; e < n; ++e) out[e] = weight_at(t, row, e0 + e);
+    return;
+  }
+  const ref::QuantTraits& q = *ref::quant_traits(t);
+  float block[256];  // the largest block (K-quants)
+  for (size_t b = e0 / q.block_size; b * q.block_size < e0 + n; ++b) {
+    ref::dequantize_row(t, row + b * q.block_bytes, block, q.block_size);
+    const size_t lo = std::max(e0, b * q.block_size), hi = std::min(e0 + n, (b + 1) * q.block_size);
+    std::copy(block + (lo - b * q.block_size), block + (hi - b * q.block_size), out + (lo - e0));
+  }
+}
+
+// Positions outermost: each output's sum runs in position order, as the contract says.
+// Columns go 512 at a time so any n fits the stack buffer.
+void pv(const PvArgs& a) {
+  float row[512];
+  for (size_t c0 = 0; c0 < a.n; c0 += 512) {
+    const size_t w = std::min<size_t>(512, a.n - c0);
+    for (size_t j = 0; j < a.n_pos; ++j) {
+      value_slice(a.v_type, static_cast<const char*>(a.v) + j * a.v_stride, a.e0 + c0, w, row);
+      for (size_t i = 0; i < a.rows; ++i) {
+        const float p = a.p[i * a.ldp + j];
+        float* out = a.out + i * a.ldo + c0;
+        for (size_t e = 0; e < w; ++e) out[e] += p * row[e];
+      }
+    }
+  }
+}
+
 // Weights stay in the file layout and gemm takes float activations.
 size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
@@ -199,6 +232,7 @@ const Ops kScalarOps = {
     f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
     layernorm,   gelu,
     no_packing,  no_packing,    no_prepare, exp_sum,
+    pv,
 };
 
 }  // namespace

@@ -131,18 +131,6 @@ void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t
   });
 }
 
-// Values of head kvh (stored by position) as floats transposed, [head_dim][n].
-void Attention::values_to_f32_transposed(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const {
-  const size_t hd = c_.head_dim, stride = v_stride(l);
-  float row[512];  // head_dim <= 512 (KvCache::check)
-  runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t*, const uint8_t* v, size_t m) {
-    for (size_t i = 0; i < m; ++i) {
-      KvCache::decode_row(v_type_, v + i * stride, kvh * hd, hd, row);
-      for (size_t e = 0; e < hd; ++e) out[e * n + (p - lo + i)] = row[e];
-    }
-  });
-}
-
 void Attention::run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
   if (flash_) tiled(pool, l, spans, q, out);
   else direct(pool, l, spans, q, out);
@@ -223,7 +211,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
 
 size_t Attention::tile_floats() const {
   const size_t hd = c_.head_dim;
-  // Q rows, O rows, a block of O, scores, keys as floats, values transposed, max and sum.
+  // Q rows, O rows, a block of O, scores, keys as floats, gathered values, max and sum.
   return 3 * kTileRows * hd + kTileRows * kTileKeys + 2 * kTileKeys * hd + 2 * kTileRows;
 }
 
@@ -272,7 +260,7 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
     float* Ob = O + kTileRows * hd;                           // [rows][hd]
     float* S = Ob + kTileRows * hd;                           // [rows][nk]
     float* Kf = S + kTileRows * kTileKeys;                    // [nk][hd]
-    float* Vt = Kf + kTileKeys * hd;                          // [hd][nk] floats, or gathered values
+    float* Vt = Kf + kTileKeys * hd;                          // gathered values (paged, transposed)
     float* m = Vt + kTileKeys * hd;                           // [rows]
     float* lsum = m + kTileRows;                              // [rows]
     size_t span_i = 0, span_first = 0;  // the span of task t: tasks [span_first, ...) are span_i's
@@ -330,9 +318,15 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
           std::fill(s_row + (visible ? a + visible : 0), s_row + nk, 0.0f);
         }
         if (!v_transposed_) {
-          values_to_f32_transposed(l, sp.seq, kvh, j0, nk, Vt);
-          ops_.gemm({TensorType::F32, Vt, nk * sizeof(float), S, nk, Ob, hd, nk, rows, 0, hd});
-        } else if (one_run(l, j0, j0 + nk)) {  // the block of each dimension's row, read in place
+          // O += S V from the rows as stored, run by run in position order: pv adds one
+          // position at a time to each output, so how the runs fall (paged blocks, a
+          // ring's wrap) changes no bit.
+          runs(l, sp.seq, j0, j0 + nk, [&](size_t p, const uint8_t*, const uint8_t* v, size_t n) {
+            ops_.pv({v_type_, v, v_stride(l), kvh * hd, hd, S + (p - j0), nk, rows, n, O, hd});
+          });
+          continue;
+        }
+        if (one_run(l, j0, j0 + nk)) {  // the block of each dimension's row, read in place
           runs(l, sp.seq, j0, j0 + nk, [&](size_t, const uint8_t*, const uint8_t* v, size_t) {
             ops_.gemm({v_type_, v + kvh * hd * v_stride(l), v_stride(l), S, nk, Ob, hd, nk, rows, 0, hd});
           });

@@ -5,7 +5,9 @@
 // keys and values of a range of positions as runs stored contiguously; Q K^T is a gemm per
 // run (each score depends only on its key row and query, kernels.h), and P V is one gemm
 // over the whole range, the paged values of several blocks first gathered into a row per
-// dimension. So a paged cache gives exactly the contiguous cache's results.
+// dimension; values stored by position (quantized) go through Ops::pv run by run, which
+// adds positions one at a time in order. So a paged cache gives exactly the contiguous
+// cache's results.
 //
 // A batch is a list of query spans: one span for a sequence's prefill or decode, or one
 // single-token span per sequence when several sequences decode together.
@@ -65,7 +67,6 @@ class Attention {
                 size_t ldo, float* tmp, uint8_t* gathered) const;
   void gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, uint8_t* dst) const;
   void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
-  void values_to_f32_transposed(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
 
   void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
   void tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);

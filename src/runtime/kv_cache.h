@@ -8,7 +8,7 @@
 // transposed, [layer][kv_dim][n_ctx], so that attention's P V is a gemm over contiguous
 // rows (whole rows, or a block of each row in tiled attention); quantized values are
 // stored by position like keys (a block cannot be written one position at a time) and
-// tiled attention converts a block of positions at a time.
+// tiled attention multiplies them as they are stored (kernels::Ops::pv).
 //
 // Each layer has its own capacity (Shape::layer_ctx). A layer with fewer slots than n_ctx
 // is a ring (sliding-window layers, which never look further back than their window):

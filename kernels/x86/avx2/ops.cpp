@@ -10,6 +10,7 @@ namespace kiln::kernels::avx2 {
 
 bool gemm_supports(TensorType t);
 void gemm(const GemmArgs& a);
+void pv(const PvArgs& a);  // pv.cpp
 #ifdef KILN_HAVE_AVXVNNI
 void gemm_vnni(const GemmArgs& a);
 #endif
@@ -320,6 +321,7 @@ const Ops kOps = {
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
     layernorm,    gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
+    pv,
 };
 
 #ifdef KILN_HAVE_AVXVNNI
@@ -331,6 +333,7 @@ const Ops kOpsVnni = {
     f32_to_fp16,  bf16_to_f32,    f32_to_bf16,
     layernorm,    gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
+    pv,
 };
 #endif
 

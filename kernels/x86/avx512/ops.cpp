@@ -13,6 +13,7 @@ namespace kiln::kernels::avx512 {
 
 bool gemm_supports(TensorType t);
 void gemm(const GemmArgs& a);
+void pv(const PvArgs& a);  // pv.cpp
 
 namespace {
 
@@ -297,6 +298,7 @@ const Ops kOps = {
     f32_to_fp16, bf16_to_f32,   f32_to_bf16,
     layernorm,   gelu,
     packed_bytes, prepared_bytes, prepare, exp_sum,
+    pv,
 };
 
 }  // namespace
