@@ -306,9 +306,9 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
 
 gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
   const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
-  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->items.empty())
+  if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->size() == 0)
     throw Error(vocab.path() + ": no tokenizer.ggml.tokens to take the vocabulary from");
-  return build(o, tokens->items.size(), [&](gguf::Writer& w) {
+  return build(o, tokens->size(), [&](gguf::Writer& w) {
     for (const auto& [key, value] : vocab.metadata())
       if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
   });
