@@ -213,15 +213,6 @@ void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t 
   for (size_t j = 0; j < nj; ++j) row_to_f32(s_.k_type, k_row(layer, j0 + j), e0, n, out + j * ld);
 }
 
-void KvCache::values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out,
-                                       size_t ld) const {
-  float row[kMaxSlice];
-  for (size_t j = 0; j < nj; ++j) {
-    row_to_f32(s_.v_type, v_row(layer, j0 + j), e0, n, row);
-    for (size_t e = 0; e < n; ++e) out[e * ld + j] = row[e];
-  }
-}
-
 uint32_t KvCache::state_type() const {
   return type_code(s_.k_type) | type_code(s_.v_type) << 3 | uint32_t(!s_.v_transposed) << 6;
 }

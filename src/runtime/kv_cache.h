@@ -94,11 +94,8 @@ class KvCache {
     if (n == 0) std::fill(held_from_.begin(), held_from_.end(), 0);
   }
 
-  // Values [e0, e0 + n) of slots j0..j0+nj-1 as floats: keys to out[j][.] (row
-  // stride ld), values (stored by position: !v_transposed) transposed to out[e][.] (row
-  // stride ld). n <= 512.
+  // Keys [e0, e0 + n) of slots j0..j0+nj-1 as floats, to out[j][.] (row stride ld).
   void keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
-  void values_to_f32_transposed(size_t layer, size_t j0, size_t nj, size_t e0, size_t n, float* out, size_t ld) const;
 
   // Context shift: positions [n_keep + n_discard, n_past) move to n_keep.. in every
   // layer. Values move as they are; each moved key row goes through rerotate (its layer,
