@@ -55,22 +55,7 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
 
 }  // namespace
 
-bool read_llama2c_header(const std::string& path, Llama2cHeader& h) {
-  // POSIX read, not an ifstream: every model load asks this first, and a filebuf would
-  // allocate 8 KiB even for a 16-byte file (tests/malformed_gguf_test bounds allocations).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st {};
-  uint8_t head[256] = {};
-  size_t got = 0;
-  if (::fstat(fd, &st) == 0)
-    while (got < sizeof head) {
-      const ssize_t n = ::read(fd, head + got, sizeof head - got);
-      if (n <= 0) break;
-      got += size_t(n);
-    }
-  ::close(fd);
-  const uint64_t size = uint64_t(st.st_size);
+bool parse_llama2c_header(const uint8_t* head, size_t got, Llama2cHeader& h) {
   auto i32 = [&](size_t off) {
     int32_t v;
     std::memcpy(&v, head + off, 4);
@@ -88,12 +73,7 @@ bool read_llama2c_header(const std::string& path, Llama2cHeader& h) {
     h.group_size = h.version == 2 ? i32(37) : 0;
     h.data_offset = 256;
     if ((h.version != 1 && h.version != 2) || !plausible(h)) return false;
-    if (h.version == 1) return size == 256 + 4 * n_weights(h, !h.shared_classifier);
-    if (h.group_size <= 0) return false;
-    // Norm weights in float32, every matrix as int8 plus a float32 scale per group.
-    const uint64_t d = (uint64_t)h.dim, L = (uint64_t)h.n_layers;
-    const uint64_t norms = L * 2 * d + d, q = n_weights(h, !h.shared_classifier) - norms;
-    return q % (uint64_t)h.group_size == 0 && size == 256 + 4 * norms + q + 4 * (q / (uint64_t)h.group_size);
+    return h.version == 1 || h.group_size > 0;
   }
   // Legacy: a negative vocabulary size says the classifier is stored separately; the
   // RoPE tables (seq_len x head_size/2, twice) sit between the weights and it.
@@ -103,9 +83,37 @@ bool read_llama2c_header(const std::string& path, Llama2cHeader& h) {
   h.shared_classifier = h.vocab_size > 0;
   if (h.vocab_size < 0) h.vocab_size = -h.vocab_size;
   h.data_offset = 28;
-  if (!plausible(h)) return false;
+  return plausible(h);
+}
+
+uint64_t llama2c_file_size(const Llama2cHeader& h) {
+  if (h.version == 1) return 256 + 4 * n_weights(h, !h.shared_classifier);
+  if (h.version == 2) {
+    // Norm weights in float32, every matrix as int8 plus a float32 scale per group.
+    const uint64_t d = (uint64_t)h.dim, L = (uint64_t)h.n_layers;
+    const uint64_t norms = L * 2 * d + d, q = n_weights(h, !h.shared_classifier) - norms;
+    return q % (uint64_t)h.group_size == 0 ? 256 + 4 * norms + q + 4 * (q / (uint64_t)h.group_size) : 0;
+  }
   const uint64_t rope = (uint64_t)h.seq_len * (uint64_t)(h.dim / h.n_heads);
-  return size == 28 + 4 * (n_weights(h, !h.shared_classifier) + rope);
+  return 28 + 4 * (n_weights(h, !h.shared_classifier) + rope);
+}
+
+bool read_llama2c_header(const std::string& path, Llama2cHeader& h) {
+  // POSIX read, not an ifstream: every model load asks this first, and a filebuf would
+  // allocate 8 KiB even for a 16-byte file (tests/malformed_gguf_test bounds allocations).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  uint8_t head[256] = {};
+  size_t got = 0;
+  if (::fstat(fd, &st) == 0)
+    while (got < sizeof head) {
+      const ssize_t n = ::read(fd, head + got, sizeof head - got);
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+  ::close(fd);
+  return parse_llama2c_header(head, got, h) && uint64_t(st.st_size) == llama2c_file_size(h);
 }
 
 gguf::Writer llama2c_to_gguf(const std::string& path, const Vocab& vocab) {

@@ -21,6 +21,11 @@ struct Llama2cHeader {
 
 // The header when `path` is a llama2.c checkpoint whose size fits it, else false.
 bool read_llama2c_header(const std::string& path, Llama2cHeader& header);
+// The same from the file's first `n` bytes (up to 256), without the size check; and the
+// size a file with this header must have (0: none can). The fuzz target sizes mutated
+// headers' files with them, so that mutations reach the weights reader.
+bool parse_llama2c_header(const uint8_t* head, size_t n, Llama2cHeader& header);
+uint64_t llama2c_file_size(const Llama2cHeader& header);
 
 // A GGUF (architecture llama, F32 weights; version 2's groups dequantized) holding the
 // checkpoint's weights and `vocab` as its tokenizer. Throws kiln::Error naming the file.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes each target for SECONDS (default 30) with libFuzzer, one after the other.
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     targets: gguf tokenizer chat_template session_file cli
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]
+#     targets: gguf tokenizer tokenizer_json chat_template session_file cli llama2c
 # Builds build-fuzz/ (clang, ASan + UBSan, -DKILN_FUZZ=ON) when needed, seeds each target
 # from real files in ../shared (and the generated malformed GGUFs), and keeps the grown
 # corpus in build-fuzz/corpus/<target>/ so that later runs start where earlier ones ended.
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(gguf tokenizer chat_template session_file cli)
+[ ${#targets[@]} -eq 0 ] && targets=(gguf tokenizer tokenizer_json chat_template session_file cli llama2c)
 shared=$(cd .. && pwd)/shared
 build=${KILN_FUZZ_BUILD:-build-fuzz}
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -21,7 +22,17 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
     -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
 fi
-cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1 || {
+# Only what the chosen targets need, so that fuzzing one target does not wait for all.
+build_targets=()
+for t in "${targets[@]}"; do
+  build_targets+=(--target "fuzz_$t")
+  case $t in
+    gguf) build_targets+=(--target malformed_gguf_gen) ;;
+    session_file) build_targets+=(--target kiln) ;;
+    llama2c | tokenizer_json) build_targets+=(--target fuzz_seeds) ;;
+  esac
+done
+cmake --build "$build" -j"$jobs" "${build_targets[@]}" >"$build/build.log" 2>&1 || {
   grep -E "error" "$build/build.log" | head -20 >&2
   echo "fuzz: build failed (log: $build/build.log)" >&2
   exit 1
@@ -41,13 +52,45 @@ make_seeds() {
       ;;
     tokenizer)
       # Every test string of every vocabulary, once as text and once as token ids.
+      # The first byte picks the tokenizer: spread over all of them, whichever family loads.
       local n=0
       for inp in "$shared"/vocab/*.inp; do
         awk -v dir="$d.part" -v base="$n" 'BEGIN { RS = "\n__ggml_vocab_test__\n"; ORS = "" }
-          { f = sprintf("%s/s%d_%d", dir, base, NR); printf "%c%c%s", NR % 16, NR % 4, $0 > f; close(f) }' "$inp"
+          { f = sprintf("%s/s%d_%d", dir, base, NR); printf "%c%c%s", (base * 7 + NR) % 64, NR % 4, $0 > f; close(f) }' "$inp"
         n=$((n + 1))
       done
       printf '\x03\x04\x01\x00\x90\x01\x10\x00\xff\x7f' >"$d.part/ids"
+      ;;
+    tokenizer_json)
+      # The real files trimmed to a few hundred entries (they are 9 to 33 MB), with and
+      # without their tokenizer_config.json, and small files naming each component the
+      # loader knows.
+      local fam
+      for fam in llama3 qwen3 gemma3 llama2; do
+        local dir="$shared/tokenizers/$fam-hf"
+        [ -f "$dir/tokenizer.json" ] || continue
+        "$build/tests/fuzz/fuzz_seeds" tokenizer_json "$dir/tokenizer.json" "$d.part/$fam"
+        [ -f "$dir/tokenizer_config.json" ] &&
+          "$build/tests/fuzz/fuzz_seeds" tokenizer_json "$dir/tokenizer.json" "$d.part/$fam-config" "$dir/tokenizer_config.json"
+      done
+      local small='"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2,"<0x41>":3,"<unk>":4},"merges":["a b"],"unk_token":"<unk>"'
+      local i=0 extra
+      while IFS= read -r extra; do
+        { printf "\\x$(printf %02x $((i % 32)))"; printf '{%s%s}' "$small" "$extra"; } >"$d.part/small$i"
+        i=$((i + 1))
+      done <<'EOF2'
+
+,"normalizer":{"type":"Sequence","normalizers":[{"type":"NFKC"},{"type":"Lowercase"},{"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}
+,"normalizer":{"type":"NFD"},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"Punctuation","behavior":"Contiguous"}]}
+,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(?i:'s|'t)|\\p{L}+| ?\\p{N}"},"behavior":"MergedWithPrevious"},"decoder":{"type":"ByteLevel"}
+,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":true,"use_regex":true},"added_tokens":[{"id":5,"content":"<s>","special":true},{"id":9,"content":"xyz","special":false}],"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}]}
+,"pre_tokenizer":{"type":"Split","pattern":{"String":"b"},"behavior":"Removed"}
+EOF2
+      printf '\x11{"model":{"type":"BPE","byte_fallback":true,"fuse_unk":true,"ignore_merges":true,"vocab":{"a":0,"b":1,"ab":2,"<0x41>":3,"<unk>":4},"merges":[["a","b"]],"unk_token":"<unk>"}}' \
+        >"$d.part/small-fallback"
+      ;;
+    llama2c)
+      "$build/tests/fuzz/fuzz_seeds" llama2c "$shared/models" "$d.part"
       ;;
     chat_template)
       for tmpl in "$shared"/templates/*.jinja tests/data/templates/*.jinja; do
@@ -104,6 +147,7 @@ for t in "${targets[@]}"; do
   max_len=65536
   [ "$t" = cli ] && max_len=1024
   [ "$t" = session_file ] && max_len=262144
+  [ "$t" = llama2c ] && max_len=1100000  # stories260K.bin (1 MB) stays a whole seed
   log="$build/fuzz-$t.log"
   echo "fuzz: $t for ${seconds}s" >&2
   if ! "$build/tests/fuzz/fuzz_$t" "$corpus" "$seed_dir/$t" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
