@@ -73,7 +73,9 @@ bool parse_llama2c_header(const uint8_t* head, size_t got, Llama2cHeader& h) {
     h.group_size = h.version == 2 ? i32(37) : 0;
     h.data_offset = 256;
     if ((h.version != 1 && h.version != 2) || !plausible(h)) return false;
-    return h.version == 1 || h.group_size > 0;
+    // Scales are read per matrix, so a group must not straddle two of them: every matrix
+    // has dim as a factor (export.py halves its group until it divides dim).
+    return h.version == 1 || (h.group_size > 0 && h.dim % h.group_size == 0);
   }
   // Legacy: a negative vocabulary size says the classifier is stored separately; the
   // RoPE tables (seq_len x head_size/2, twice) sit between the weights and it.

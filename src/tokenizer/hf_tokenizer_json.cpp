@@ -159,6 +159,12 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   if (max_id < 0) cx.fail("the vocabulary is empty");
   if (max_id >= (1 << 24)) cx.fail("token id " + std::to_string(max_id) + " is out of range");
   const size_t n = (size_t)max_id + 1;
+  // Each gap costs a placeholder token: without a bound, a 50-byte file naming id 2^24-1
+  // made kiln build 16M of them (over 2 GB).
+  const size_t named = doc.vocab.size() + added.size();
+  if (n > 2 * named + 1024)
+    cx.fail("token id " + std::to_string(max_id) + " leaves " + std::to_string(n - named) +
+            " ids without a token (the file names " + std::to_string(named) + ")");
 
   Vocab v;
   v.tokens.resize(n);

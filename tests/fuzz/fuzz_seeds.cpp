@@ -96,6 +96,7 @@ Weights read_legacy(const std::string& bytes) {
     pos += v.size() * 4;
     w.t[role] = std::move(v);
   }
+  if (!w.t.count("cls")) w.t["cls"] = w.t.at("embd");  // for the layouts with a separate one
   return w;
 }
 
