@@ -26,13 +26,15 @@ class PtyProcess {
   // Waits until the output after the previous match contains `text` (or matches the ECMAScript
   // `regex`) and moves past it. On timeout or when the program ends first: a gtest failure
   // with the transcript, and false (ASSERT_TRUE it to stop the test there).
-  bool expect(const std::string& text, double timeout_s = 10);
-  bool expect_regex(const std::string& regex, double timeout_s = 10);
+  // The default is generous because a loaded 2-core machine (parallel ctest, other builds)
+  // has stalled a reply for over 10 s; a missing reply still fails, only later.
+  bool expect(const std::string& text, double timeout_s = 30);
+  bool expect_regex(const std::string& regex, double timeout_s = 30);
   // The output not yet consumed by expect(), after waiting `settle_s` for more.
   std::string unread(double settle_s = 0.2);
 
   // Waits for the exit: the exit status, 128+N after signal N, -1 on timeout (then killed).
-  int wait(double timeout_s = 10);
+  int wait(double timeout_s = 30);
 
   const std::string& output() const { return out_; }
   std::string transcript() const;  // output() with control characters made visible
