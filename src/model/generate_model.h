@@ -46,6 +46,11 @@ struct ModelShape {
   // When not 0: rope_freqs.weight with Llama 3.1's rule (factor 8, low/high frequency
   // factors 1 and 4) for this original context (Llama 3.1: 8192).
   uint32_t rope_freqs_orig_ctx = 0;
+  // phi3, when not 0: LongRoPE as Phi-3 128k's converter writes it, for this original
+  // context (rope.scaling.original_context_length; Phi-3: 4096, context_length 131072):
+  // rope_factors_short/long.weight and rope.scaling.attn_factor
+  // sqrt(1 + ln(context_length / original) / ln(original)).
+  uint32_t longrope_orig_ctx = 0;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",
