@@ -79,8 +79,10 @@ struct GenerateOptions {
 // Throws kiln::Error for a bad shape, type or vocabulary.
 gguf::Writer build_model(const GenerateOptions& options, const gguf::File& vocab);
 // The same with the tokenizer.* keys of `vocab` (write_vocab_gguf): a vocabulary read
-// from a tokenizer.json or tokenizer.model file. One a GGUF cannot state (a split with no
-// tokenizer.ggml.pre name, SentencePiece pieces without scores) throws kiln::Error.
+// from a tokenizer.json or tokenizer.model file; a tokenizer.json's SentencePiece-style
+// BPE (Gemma's) gets scores from its merges (spm_vocab_from_merges). One a GGUF cannot
+// state (a split with no tokenizer.ggml.pre name, merges that scores cannot restate)
+// throws kiln::Error.
 gguf::Writer build_model(const GenerateOptions& options, const Vocab& vocab);
 
 }  // namespace kiln::gen
