@@ -1,10 +1,11 @@
 // Model families against llama.cpp: for each of qwen2, qwen3, Llama 3 (untied and tied
-// output), gemma, gemma2, gemma3 and phi3, a tiny random-weight file from kiln's generator
+// output), Mistral (a window wider than the prompt), gemma, gemma2, gemma3, phi3 and
+// Phi-3 128k (LongRoPE, at two contexts), a tiny random-weight file from kiln's generator
 // (byte-identical to the one llama.cpp evaluated: its sha256 is committed) must give
 // llama.cpp's logits at every position, through every decode path (one batch, batches,
 // token by token with the KV cache, both attention kernels), and llama.cpp's greedy
-// continuation. Qwen and Llama 3 files carry their real vocabularies, and kiln must
-// tokenize the prompt text as llama.cpp did.
+// continuation. Qwen, Llama 3 and Gemma 3 files carry their real vocabularies, and kiln
+// must tokenize the prompt text as llama.cpp did.
 // tests/data/families/README.md says how the reference data was made.
 #include <gtest/gtest.h>
 
@@ -14,8 +15,10 @@
 #include <stdexcept>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/error.h"
@@ -39,22 +42,32 @@ struct Case {
   // is not used (below).
   const char* vocab;
   bool tied;  // kiln-gen --tied (Gemma ties whatever it is told)
+  // The session's context, as llama-logits -c gave llama.cpp's (LongRoPE picks its
+  // factors by it); the generated file's stem when cases share one (else `name`).
+  int32_t n_ctx = 64;
+  const char* file = nullptr;
 };
-// Qwen2/3 and Llama 3 carry their real BPE vocabularies (151669 and 128256 tokens), and
-// their prompt is prompt.txt, which kiln must tokenize as llama.cpp did. Gemma keeps
-// the llama-spm vocabulary: Gemma 3's tokenizer.json has no SentencePiece scores, which
-// a GGUF "llama" vocabulary needs, and 262k rows would make its files 67 MB; Phi-3's is
-// its own. Those two are given the ids of a prompt directly.
+// Qwen2/3, Llama 3 and Gemma 3 carry their real vocabularies (151669, 128256 and 262145
+// tokens; Gemma 3's SentencePiece-style BPE restated with scores), and their prompt is
+// prompt.txt, which kiln must tokenize as llama.cpp did. Phi-3's vocabulary is its own;
+// Gemma 1/2 (whose own is not in ../shared; Gemma 3's would add 15 s to the test) and
+// Mistral have the llama-spm one. Those are given the ids of a prompt directly.
 const Case kCases[] = {
     {"qwen2-tiny", "qwen2-tiny", "qwen2", "tokenizers/qwen3-hf/tokenizer.json", true},
     {"qwen3-tiny", "qwen3-tiny", "qwen3", "tokenizers/qwen3-hf/tokenizer.json", true},
     {"llama3-tiny", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", false},
     {"llama3-tiny-tied", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", true},
+    {"mistral-tiny", "mistral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
     {"gemma-tiny", "gemma-tiny", "gemma", "vocab/ggml-vocab-llama-spm.gguf", true},
     {"gemma2-tiny", "gemma2-tiny", "gemma2", "vocab/ggml-vocab-llama-spm.gguf", true},
-    {"gemma3-tiny", "gemma3-tiny", "gemma3", "vocab/ggml-vocab-llama-spm.gguf", true},
+    {"gemma3-tiny", "gemma3-tiny", "gemma3", "tokenizers/gemma3-hf/tokenizer.json", true},
     {"phi3-tiny", "phi3-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false},
+    // LongRoPE, original context 256: short factors at a context of 256, long ones at 512.
+    {"phi3-128k-tiny-short", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 256, "phi3-128k-tiny"},
+    {"phi3-128k-tiny-long", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 512, "phi3-128k-tiny"},
 };
+
+std::string file_of(const Case& c) { return c.file ? c.file : c.name; }
 
 bool has_text_prompt(const Case& c) { return std::string(c.vocab).ends_with(".json"); }
 
@@ -72,10 +85,16 @@ kiln::gen::GenerateOptions reference_options(const Case& c) {
   return o;
 }
 
-// As kiln-gen --vocab-from does with the case's vocabulary file.
+// As kiln-gen --vocab-from does with the case's vocabulary file (a tokenizer.json is read
+// once: Qwen's serves two files).
 kiln::gguf::Writer build(const kiln::gen::GenerateOptions& o, const Case& c) {
   const std::string path = shared_path(c.vocab);
-  if (has_text_prompt(c)) return kiln::gen::build_model(o, kiln::Tokenizer::from_file(path)->vocab());
+  static std::map<std::string, std::unique_ptr<kiln::Tokenizer>> loaded;
+  if (has_text_prompt(c)) {
+    auto& tok = loaded[path];
+    if (!tok) tok = kiln::Tokenizer::from_file(path);
+    return kiln::gen::build_model(o, tok->vocab());
+  }
   return kiln::gen::build_model(o, *kiln::gguf::File::open(path));
 }
 
@@ -86,12 +105,12 @@ struct Written {
 };
 const Written& reference_model(const Case& c) {
   static std::map<std::string, Written> written;
-  auto it = written.find(c.name);
+  auto it = written.find(file_of(c));
   if (it == written.end()) {
     const std::vector<uint8_t> bytes = build(reference_options(c), c).to_bytes();
-    Written w{temp_dir() + "/" + c.name + ".gguf", sha256_hex(bytes.data(), bytes.size())};
+    Written w{temp_dir() + "/" + file_of(c) + ".gguf", sha256_hex(bytes.data(), bytes.size())};
     write_file(w.path, std::string(bytes.begin(), bytes.end()));
-    it = written.emplace(c.name, std::move(w)).first;
+    it = written.emplace(file_of(c), std::move(w)).first;
   }
   return it->second;
 }
@@ -152,9 +171,9 @@ size_t argmax(std::span<const float> v) { return size_t(std::max_element(v.begin
 // of the Gemma families, which llama.cpp reads from a table of fp16 values.
 constexpr double kNmseBound = 1e-5;
 
-kiln::SessionParams session_params(int32_t n_batch, int32_t n_threads, kiln::FlashAttention fa) {
+kiln::SessionParams session_params(int32_t n_batch, int32_t n_threads, kiln::FlashAttention fa, int32_t n_ctx = 64) {
   kiln::SessionParams p;
-  p.n_ctx = 64, p.n_batch = n_batch, p.n_threads = n_threads, p.flash_attn = fa;
+  p.n_ctx = n_ctx, p.n_batch = n_batch, p.n_threads = n_threads, p.flash_attn = fa;
   p.kv_type_k = p.kv_type_v = kiln::TensorType::F32;
   return p;
 }
@@ -164,7 +183,7 @@ kiln::SessionParams session_params(int32_t n_batch, int32_t n_threads, kiln::Fla
 class FamilyReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
-  std::istringstream sha(read_file(data_path(std::string(GetParam().name) + ".gguf.sha256")));
+  std::istringstream sha(read_file(data_path(file_of(GetParam()) + ".gguf.sha256")));
   std::string want;
   sha >> want;
   ASSERT_EQ(reference_model(GetParam()).sha256, want)
@@ -201,7 +220,7 @@ TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
                         Path{"tiled attention, batches of 3", 3, 1, false, kiln::FlashAttention::on},
                         Path{"tiled attention, token by token", 512, 1, true, kiln::FlashAttention::on}}) {
     SCOPED_TRACE(p.name);
-    kiln::Session s(*model, session_params(p.n_batch, p.n_threads, p.fa));
+    kiln::Session s(*model, session_params(p.n_batch, p.n_threads, p.fa, GetParam().n_ctx));
     std::vector<float> logits;
     if (p.token_by_token) {
       for (int32_t t : ref.tokens) {
@@ -228,7 +247,7 @@ TEST_P(FamilyReference, LogitsAndGreedyMatchLlamaCppOnEveryPath) {
   // is generated, written and loaded once.
   ASSERT_FALSE(ref.greedy.empty());
   for (kiln::FlashAttention fa : {kiln::FlashAttention::off, kiln::FlashAttention::on}) {
-    kiln::Session s(*model, session_params(512, 1, fa));
+    kiln::Session s(*model, session_params(512, 1, fa, GetParam().n_ctx));
     std::span<const float> logits = s.decode(ref.tokens);
     std::vector<int32_t> got;
     for (size_t i = 0; i < ref.greedy.size(); ++i) {
@@ -281,7 +300,7 @@ kiln::test::CommandResult info(const std::string& path) {
 
 // kiln info names the family, what sets it apart, and each metadata key of the family the
 // loader did not read: Phi-3's window is ignored on purpose (as llama.cpp does), a key of a
-// newer converter because kiln does not know it. (Four runs of the binary, not one per
+// newer converter because kiln does not know it. (Six runs of the binary, not one per
 // family: each maps and reads a whole file.)
 TEST(Families, InfoNamesTheFamilyItsPartsAndIgnoredKeys) {
   struct Want {
@@ -299,6 +318,12 @@ TEST(Families, InfoNamesTheFamilyItsPartsAndIgnoredKeys) {
        {"architecture: phi3", "fused QKV, fused gate/up", "output:       output.weight",
         "ignored:      phi3.attention.sliding_window (metadata kiln's phi3 does not read)"},
        true},
+      {reference_model(case_named("mistral-tiny")).path, {"architecture: llama", "sliding win:  48 on every layer"}, false},
+      {reference_model(case_named("phi3-128k-tiny-long")).path,
+       {"context:      2048 (trained)",
+        "scaling none, attn factor 1.1726, frequency factors from rope_factors_short.weight (LongRoPE; "
+        "rope_factors_long.weight for contexts over 256)"},
+       false},
       {with_key(case_named("gemma2-tiny"), "gemma2.attention.query_pre_attn_scalar", kiln::gguf::Value::of_u32(32)),
        {"architecture: gemma2", "post-norms", "attention soft-cap 1.5", "final soft-cap 3", "6 on layers 0, 2; global 1, 3",
         "ignored:      gemma2.attention.query_pre_attn_scalar"},
@@ -361,6 +386,59 @@ TEST(Families, Gemma3ContextShiftAndEvictionTurnEachLayerBackWithItsOwnRope) {
   }
 }
 
+// The LongRoPE references can only catch a wrong choice if the choice shows: the two
+// llama.cpp references differ, and so do kiln's logits without the attention factor.
+TEST(Families, Phi3LongRopeFactorsAndAttentionFactorEachMatter) {
+  const Case& short_case = case_named("phi3-128k-tiny-short");
+  const Case& long_case = case_named("phi3-128k-tiny-long");
+  const Reference short_ref = read_reference(short_case), long_ref = read_reference(long_case);
+  ASSERT_EQ(short_ref.tokens, long_ref.tokens);
+  auto model = kiln::Model::load(reference_model(long_case).path);
+  ASSERT_FALSE(model->config().rope_freq_factors_long.empty());
+  const auto worst_against = [&](const Reference& ref, const std::vector<float>& logits) {
+    double worst = 0;
+    for (size_t pos = 0; pos < ref.tokens.size(); ++pos)
+      worst = std::max(worst, nmse(std::span(logits).subspan(pos * ref.n_vocab, ref.n_vocab), ref, pos));
+    return worst;
+  };
+  double sets_apart = 0;  // as nmse(), between the two references' sampled columns
+  for (size_t pos = 0; pos < long_ref.tokens.size(); ++pos) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < long_ref.logits[pos].size(); ++i)
+      err += std::pow(short_ref.logits[pos][i] - long_ref.logits[pos][i], 2), ref += std::pow(long_ref.logits[pos][i], 2);
+    sets_apart = std::max(sets_apart, err / ref);
+  }
+  std::printf("[ phi3-128k ] short vs long factors (llama.cpp): worst NMSE %.3g\n", sets_apart);
+  EXPECT_GT(sets_apart, 1e-3);
+
+  model->mutable_config().rope_attn_factor = 1.0f;
+  kiln::Session s(*model, session_params(512, 1, kiln::FlashAttention::off, long_case.n_ctx));
+  const auto all = s.decode(long_ref.tokens, /*all_logits=*/true);
+  const double no_attn_factor = worst_against(long_ref, std::vector<float>(all.begin(), all.end()));
+  std::printf("[ phi3-128k ] without rope.scaling.attn_factor: worst NMSE %.3g\n", no_attn_factor);
+  EXPECT_GT(no_attn_factor, 1e-3);
+}
+
+// One LongRoPE tensor without the other is refused: llama.cpp would rotate with it at
+// some contexts and without factors at others.
+TEST(Families, Phi3LongRopeNeedsBothSets) {
+  auto f = kiln::gguf::File::open(reference_model(case_named("phi3-128k-tiny-long")).path);
+  kiln::gguf::Writer w;
+  for (const auto& [k, v] : f->metadata()) w.set(k, v);
+  for (const kiln::gguf::TensorInfo& t : f->tensors())
+    if (t.name != "rope_factors_short.weight")
+      w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const std::string path = temp_dir() + "/phi3-long-only.gguf";
+  w.write(path);
+  try {
+    kiln::Model::load(path);
+    ADD_FAILURE() << "loaded";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'rope_factors_long.weight' without 'rope_factors_short.weight'"), std::string::npos)
+        << e.what();
+  }
+}
+
 // An architecture kiln lacks is one line naming it and what kiln runs, exit code 1.
 TEST(Families, UnsupportedArchitectureIsOneLine) {
   kiln::gguf::Writer w;
@@ -388,26 +466,37 @@ TEST(Families, Qwen2WithoutBiasesIsRefused) {
 
 // A vocabulary that a GGUF cannot carry as its source tokenizes is refused, not written
 // with another tokenizer's behaviour: a byte-level split without a tokenizer.ggml.pre name,
-// and SentencePiece-style BPE (Gemma's tokenizer.json), whose GGUF form needs scores.
+// and SentencePiece-style BPE (a tokenizer.json without a byte-level split) whose merges
+// are not the listing of every split that scores can restate (spm_scores.cpp).
 TEST(Families, GeneratorRefusesVocabulariesAGgufCannotState) {
-  const auto tokenizer = [](const std::string& rest) {
+  const auto tokenizer = [](const std::string& merges, const std::string& rest) {
     const std::string path = temp_dir() + "/tokenizer.json";
-    write_file(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, )" + rest + "}");
+    write_file(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5}, "merges": [)" +
+                         merges + "]}, " + rest + "}");
     return kiln::Tokenizer::from_file(path);
   };
   const kiln::gen::GenerateOptions o = reference_options(case_named("qwen2-tiny"));
-  const std::pair<std::string, std::string> cases[] = {
-      {R"("normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "ByteLevel"})", "has no tokenizer.ggml.pre name"},
-      {R"("pre_tokenizer": null)", "SentencePiece vocabulary without scores"},
+  const std::string all = R"("a b", "b c", "ab c", "a bc")";
+  const std::tuple<std::string, std::string, std::string> cases[] = {
+      {all, R"("normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "ByteLevel"})", "has no tokenizer.ggml.pre name"},
+      {R"("a b", "b c", "ab c")", R"("pre_tokenizer": null)", "'a' + 'bc' makes token 5 but is not a merge"},
+      {R"("a b", "ab c", "b c", "a bc")", R"("pre_tokenizer": null)", "the merges making 'abc' are not consecutive"},
   };
-  for (const auto& [rest, message] : cases) {
+  for (const auto& [merges, rest, message] : cases) {
     try {
-      kiln::gen::build_model(o, tokenizer(rest)->vocab());
+      kiln::gen::build_model(o, tokenizer(merges, rest)->vocab());
       ADD_FAILURE() << rest << ": built";
     } catch (const kiln::Error& e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
-  // The same split without the normalizer is GPT-2's and is written.
-  EXPECT_NO_THROW(kiln::gen::build_model(o, tokenizer(R"("pre_tokenizer": {"type": "ByteLevel"})")->vocab()));
+  // The same split without the normalizer is GPT-2's and is written; every split listed,
+  // the SentencePiece-style vocabulary is written with scores and no merges.
+  EXPECT_NO_THROW(kiln::gen::build_model(o, tokenizer(all, R"("pre_tokenizer": {"type": "ByteLevel"})")->vocab()));
+  const std::string path = temp_dir() + "/spm-from-merges.gguf";
+  kiln::gen::build_model(o, tokenizer(all, R"("pre_tokenizer": null)")->vocab()).write(path);
+  const kiln::Vocab v = kiln::Vocab::from_gguf(*kiln::gguf::File::open(path));
+  EXPECT_EQ(v.model, "llama");
+  EXPECT_TRUE(v.merges.empty());
+  EXPECT_EQ(v.scores, (std::vector<float>{-4, -4, -4, 0, -1, -2}));
 }

@@ -107,6 +107,32 @@ TEST_P(HfReference, EncodesLikeTransformersJsAndDecodesBack) {
     }
   }
 
+  if (family == "gemma3") {
+    // Gemma's SentencePiece-style BPE as a GGUF "llama" vocabulary, scores restated from
+    // the merge ranks (kiln-gen does this): kiln's SentencePiece tokenizer on those scores
+    // must split as transformers.js does with the merges.
+    gguf::Writer w;
+    w.set("general.architecture", gguf::Value::of_string("gemma3"));
+    write_vocab_gguf(w, spm_vocab_from_merges(tok->vocab(), "gemma3"));
+    const std::string path = test::temp_dir() + "/gemma3-spm.gguf";
+    w.write(path);
+    auto file = gguf::File::open(path);
+    auto from_gguf = Tokenizer::from_gguf(*file);
+    EXPECT_EQ(from_gguf->vocab().model, "llama");
+    EXPECT_FALSE(from_gguf->vocab().add_space_prefix);
+    EXPECT_EQ(from_gguf->bos(), tok->bos());
+    EXPECT_EQ(from_gguf->eos(), tok->eos());
+    size_t same = 0;
+    for (size_t i = 0; i < ref.strings.size(); ++i) {
+      const auto got = from_gguf->encode(ref.strings[i], false, true);
+      same += got == ref.ids[i];
+      EXPECT_EQ(got, ref.ids[i]) << "gemma3 GGUF [" << ref.strings[i] << "]\n  expected " << ids_text(ref.ids[i])
+                                 << "\n  got      " << ids_text(got);
+      EXPECT_EQ(from_gguf->decode(got, /*special=*/true), ref.strings[i]);
+    }
+    std::printf("gemma3 as a SentencePiece GGUF: %zu/%zu strings reproduced\n", same, ref.strings.size());
+  }
+
   if (family == "qwen3") {
     // tokenizer_config.json names EOS and says no BOS is added.
     EXPECT_EQ(tok->vocab().tokens[(size_t)tok->eos()], "<|im_end|>");

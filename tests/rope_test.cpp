@@ -218,6 +218,31 @@ TEST(RopeTable, FrequencyFactorsDivideTheta) {
   expect_matches(resolve_rope(c, p), ref);
 }
 
+// LongRoPE (Phi-3 128k): the short divisors up to the original context, the long ones
+// beyond it (llama.cpp's rule), the original context defaulting to context_length; the
+// attention factor scales cos/sin with either set.
+TEST(RopeTable, LongRopePicksItsFactorsByTheContext) {
+  ModelConfig c = config(8, 10000, 2048);
+  c.rope_freq_factors = {1, 1.1f, 1.2f, 1.3f};
+  c.rope_freq_factors_long = {2, 4, 8, 16};
+  c.rope_attn_factor = 1.25f;
+  for (uint32_t orig : {256u, 0u}) {
+    c.rope_orig_ctx = orig;
+    const int64_t edge = orig ? orig : 2048;
+    for (int64_t n_ctx : {int64_t(0), int64_t(64), edge, edge + 1}) {
+      SCOPED_TRACE("original " + std::to_string(orig) + ", context " + std::to_string(n_ctx));
+      const RopeConfig r = resolve_rope(c, {}, n_ctx);
+      EXPECT_EQ(r.freq_factors, n_ctx > edge ? c.rope_freq_factors_long : c.rope_freq_factors);
+      EXPECT_EQ(r.attn_factor, 1.25);
+      float cs[8];
+      rope_cos_sin(r, 3, cs);
+      EXPECT_NEAR(cs[6], 1.25 * std::cos(3 * std::pow(10000.0, -6.0 / 8) / r.freq_factors[3]), 1e-6);
+    }
+  }
+  EXPECT_NE(describe_rope(resolve_rope(c, {}, 4096)).find("rope_factors_long.weight (LongRoPE, context 4096 > 2048)"),
+            std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------
 // Metadata and overrides.
 

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   uint32_t swa_window = 0, swa_pattern = 0;
   app.add_option("--swa-window", swa_window, "RoPE families: write attention.sliding_window (every layer slides)");
   app.add_option("--swa-pattern", swa_pattern, "RoPE families: write attention.sliding_window_pattern N (every Nth layer global)");
+  uint32_t longrope = 0, context = 0;
+  app.add_option("--longrope", longrope,
+                 "phi3: LongRoPE (rope_factors_short/long.weight, attn factor) for this original context");
+  app.add_option("--context", context, "Override the shape's context_length");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -65,6 +69,8 @@ int main(int argc, char** argv) {
     if (swa_pattern && !swa_window && !o.shape.swa_window) throw kiln::Error("--swa-pattern needs --swa-window");
     if (swa_window) o.shape.swa_window = swa_window, o.shape.swa_pattern = 0;  // the shape's pattern goes with its window
     if (swa_pattern) o.shape.swa_pattern = swa_pattern;
+    if (context) o.shape.n_ctx = context;
+    if (longrope) o.shape.longrope_orig_ctx = longrope;
     o.type = *type;
     o.seed = seed;
 

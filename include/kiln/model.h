@@ -70,7 +70,12 @@ struct ModelConfig {
   float rope_scale = 1.0f;       // rope.scaling.factor (or the older rope.scale_linear)
   uint32_t rope_orig_ctx = 0;    // rope.scaling.original_context_length (0: not given)
   float rope_attn_factor = 1.0f; // rope.scaling.attn_factor
-  std::vector<float> rope_freq_factors;  // rope_freqs.weight: theta_i / factor_i (Llama 3.1)
+  std::vector<float> rope_freq_factors;  // rope_freqs.weight: theta_i / factor_i (Llama 3.1),
+                                         // or rope_factors_short.weight (Phi-3 LongRoPE)
+  // rope_factors_long.weight (Phi-3 128k, Phi-3.5: LongRoPE): the divisors used instead of
+  // the short ones by a session whose context exceeds the original context
+  // (rope_orig_ctx, else n_ctx_train), as llama.cpp chooses. Empty: no LongRoPE.
+  std::vector<float> rope_freq_factors_long;
   float rms_eps = 1e-5f;         // eps of every norm: attention.layer_norm_rms_epsilon (or layer_norm_epsilon)
   Norm norm = Norm::rms;
   Ffn ffn = Ffn::swiglu;

@@ -46,6 +46,11 @@ const ModelShape kShapes[] = {
     // that they act on pairs that turn noticeably within a short prompt.
     {.name = "llama3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 192, .n_ctx = 256,
      .rope_theta = 500000.0f, .rms_eps = 1e-5f, .arch = "llama", .rope_freqs_orig_ctx = 64},
+    // Mistral 7B v0.1: a Llama with GQA 4:1 and attention.sliding_window on every layer.
+    // llama.cpp's llama architecture ignores the window, so it is wider than the 40
+    // positions the reference covers: the two agree only where the window masks nothing.
+    {.name = "mistral-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "llama", .swa_window = 48},
     // Gemma: GeGLU, embeddings x sqrt(dim), multi-query attention, head size 32 (dim 64 / 4 heads is 16).
     {.name = "gemma-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 10000.0f, .rms_eps = 1e-6f, .arch = "gemma", .head_dim = 32},
@@ -61,6 +66,11 @@ const ModelShape kShapes[] = {
     // Phi-3: fused QKV and gate/up, RoPE halves, GQA (as Phi-3 medium), untied output.
     {.name = "phi3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3"},
+    // Phi-3 128k: phi3-tiny with LongRoPE for an original context of 256 in 2048 (x8; the
+    // real x32 of 4096 in 131072 would make a test's contexts large), so that llama.cpp,
+    // which rounds contexts up to multiples of 256, runs it with either set of factors.
+    {.name = "phi3-128k-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160,
+     .n_ctx = 2048, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3", .longrope_orig_ctx = 256},
 };
 
 bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
@@ -85,6 +95,21 @@ std::vector<float> llama3_freq_factors(uint32_t n_rot, double base, double orig)
     }
   }
   return out;
+}
+
+// LongRoPE's divisors, pair i of n: short ones near 1, long ones growing with i (slow pairs
+// slowed most) as Phi-3's do, but steeper and unequal on every pair, pair 0 included, so
+// that a 40-token prompt sees which set was used.
+std::vector<float> longrope_factors(uint32_t n_rot, bool long_factors) {
+  std::vector<float> out(n_rot / 2);
+  for (uint32_t i = 0; i < n_rot / 2; ++i) out[i] = long_factors ? 1.25f * float(1 + i) : 1.0f + 0.1f * float(i);
+  return out;
+}
+
+void add_f32_tensor(gguf::Writer& w, const std::string& name, const std::vector<float>& v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(float));
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  w.add_tensor(name, TensorType::F32, {v.size()}, std::move(bytes));
 }
 
 // splitmix64: a full-period 64-bit generator that passes BigCrush and costs a few cycles.
@@ -153,6 +178,8 @@ void check_shape(const ModelShape& s) {
   if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
   if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
+  if (s.longrope_orig_ctx && s.arch != "phi3") bad("LongRoPE is for phi3 shapes");
+  if (s.longrope_orig_ctx && s.n_ctx <= s.longrope_orig_ctx) bad("LongRoPE's original context must be below context_length");
 }
 
 }  // namespace
@@ -215,6 +242,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
       w.set(a + "rope.scaling.type", Value::of_string("linear"));
       w.set(a + "rope.scaling.factor", Value::of_f32(s.rope_linear));
     }
+    if (s.longrope_orig_ctx) {
+      const double orig = s.longrope_orig_ctx, scale = s.n_ctx / orig;
+      w.set(a + "rope.scaling.attn_factor", Value::of_f32(float(std::sqrt(1 + std::log(scale) / std::log(orig)))));
+      w.set(a + "rope.scaling.original_context_length", Value::of_u32(s.longrope_orig_ctx));
+    }
     if (s.attn_softcap > 0) w.set(a + "attn_logit_softcapping", Value::of_f32(s.attn_softcap));
     if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", Value::of_f32(s.final_softcap));
   }
@@ -243,11 +275,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   norm("output_norm.weight");
   if (mpt) bias("output_norm.bias", dim);
   if (!o.tie_output && !gemma) matrix("output.weight", n_vocab, dim);
-  if (s.rope_freqs_orig_ctx) {
-    const std::vector<float> f = llama3_freq_factors(head_dim, s.rope_theta, s.rope_freqs_orig_ctx);
-    std::vector<uint8_t> bytes(f.size() * sizeof(float));
-    std::memcpy(bytes.data(), f.data(), bytes.size());
-    w.add_tensor("rope_freqs.weight", TensorType::F32, {f.size()}, std::move(bytes));
+  if (s.rope_freqs_orig_ctx)
+    add_f32_tensor(w, "rope_freqs.weight", llama3_freq_factors(head_dim, s.rope_theta, s.rope_freqs_orig_ctx));
+  if (s.longrope_orig_ctx) {
+    add_f32_tensor(w, "rope_factors_long.weight", longrope_factors(head_dim, true));
+    add_f32_tensor(w, "rope_factors_short.weight", longrope_factors(head_dim, false));
   }
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -320,9 +352,13 @@ gguf::Writer build_model(const GenerateOptions& o, const Vocab& vocab) {
   if (vocab.model == "gpt2" && vocab.pre == "tokenizer.json")
     throw Error("the tokenizer.json's pre-tokenizer has no tokenizer.ggml.pre name (known: " +
                 Pretokenizer::supported_ggml_pre() + ")");
-  if (vocab.model == "llama" && vocab.scores.empty())
-    throw Error("a SentencePiece vocabulary without scores (a tokenizer.json has merges instead): "
-                "give the model's tokenizer.model");
+  if (vocab.model == "llama" && vocab.scores.empty()) {
+    if (vocab.merges.empty())
+      throw Error("a SentencePiece vocabulary without scores or merges: give the model's tokenizer.model");
+    // A tokenizer.json's SentencePiece-style BPE (Gemma's): scores from its merge ranks.
+    const Vocab spm = spm_vocab_from_merges(vocab, "the tokenizer.json");
+    return build(o, spm.tokens.size(), [&](gguf::Writer& w) { write_vocab_gguf(w, spm); });
+  }
   return build(o, vocab.tokens.size(), [&](gguf::Writer& w) { write_vocab_gguf(w, vocab); });
 }
 

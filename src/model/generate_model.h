@@ -46,6 +46,11 @@ struct ModelShape {
   // When not 0: rope_freqs.weight with Llama 3.1's rule (factor 8, low/high frequency
   // factors 1 and 4) for this original context (Llama 3.1: 8192).
   uint32_t rope_freqs_orig_ctx = 0;
+  // phi3, when not 0: LongRoPE as Phi-3 128k's converter writes it, for this original
+  // context (rope.scaling.original_context_length; Phi-3: 4096, context_length 131072):
+  // rope_factors_short/long.weight and rope.scaling.attn_factor
+  // sqrt(1 + ln(context_length / original) / ln(original)).
+  uint32_t longrope_orig_ctx = 0;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",
@@ -74,8 +79,10 @@ struct GenerateOptions {
 // Throws kiln::Error for a bad shape, type or vocabulary.
 gguf::Writer build_model(const GenerateOptions& options, const gguf::File& vocab);
 // The same with the tokenizer.* keys of `vocab` (write_vocab_gguf): a vocabulary read
-// from a tokenizer.json or tokenizer.model file. One a GGUF cannot state (a split with no
-// tokenizer.ggml.pre name, SentencePiece pieces without scores) throws kiln::Error.
+// from a tokenizer.json or tokenizer.model file; a tokenizer.json's SentencePiece-style
+// BPE (Gemma's) gets scores from its merges (spm_vocab_from_merges). One a GGUF cannot
+// state (a split with no tokenizer.ggml.pre name, merges that scores cannot restate)
+// throws kiln::Error.
 gguf::Writer build_model(const GenerateOptions& options, const Vocab& vocab);
 
 }  // namespace kiln::gen

@@ -64,6 +64,27 @@ void fill(const RopeConfig& r, const std::vector<PairFreq>& freqs, double mscale
   }
 }
 
+// One divisor per rotated pair, as rope_freqs.weight and LongRoPE's tensors hold them.
+// Empty when the file has no tensor of that name.
+std::vector<float> read_factors(const gguf::File& f, const std::string& name, uint32_t n_rot) {
+  const auto fail = [&](const std::string& what) { throw Error(f.path() + ": tensor '" + name + "' " + what); };
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return {};
+  const uint64_t want = n_rot / 2;
+  if (t->type != TensorType::F32) fail("is " + type_name(t->type) + ", expected F32");
+  if (t->dims.size() != 1 || t->dims[0] != want) {
+    std::string dims;
+    for (uint64_t d : t->dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    fail("has shape [" + dims + "], expected [" + std::to_string(want) + "] (one factor per pair of the " +
+         std::to_string(n_rot) + " rotary dimensions)");
+  }
+  std::vector<float> out(want);
+  std::memcpy(out.data(), t->data, want * sizeof(float));
+  for (size_t i = 0; i < want; ++i)
+    if (!positive(out[i])) fail("has factor " + num(out[i]) + " at " + std::to_string(i) + "; factors must be positive");
+  return out;
+}
+
 }  // namespace
 
 const char* rope_scaling_name(RopeScaling s) {
@@ -108,29 +129,44 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
   if (!positive(attn)) fail(p + "rope.scaling.attn_factor must be a positive number, got " + num(attn));
   c.rope_attn_factor = (float)attn;
 
-  c.rope_freq_factors.clear();
-  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    const uint64_t want = c.n_rot / 2;
-    if (t->type != TensorType::F32) fail("tensor 'rope_freqs.weight' is " + type_name(t->type) + ", expected F32");
-    if (t->dims.size() != 1 || t->dims[0] != want) {
-      std::string dims;
-      for (uint64_t d : t->dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-      fail("tensor 'rope_freqs.weight' has shape [" + dims + "], expected [" + std::to_string(want) +
-           "] (one factor per pair of the " + std::to_string(c.n_rot) + " rotary dimensions)");
-    }
-    c.rope_freq_factors.resize(want);
-    std::memcpy(c.rope_freq_factors.data(), t->data, want * sizeof(float));
-    for (size_t i = 0; i < want; ++i)
-      if (!positive(c.rope_freq_factors[i]))
-        fail("tensor 'rope_freqs.weight' has factor " + num(c.rope_freq_factors[i]) + " at " + std::to_string(i) +
-             "; factors must be positive");
-  }
+  c.rope_freq_factors = read_factors(f, "rope_freqs.weight", c.n_rot);
 }
 
-RopeConfig resolve_rope(const ModelConfig& c, const RopeParams& p) {
+void read_longrope_factors(const gguf::File& f, ModelConfig& c) {
+  const bool has_long = f.find_tensor("rope_factors_long.weight"), has_short = f.find_tensor("rope_factors_short.weight");
+  if (!has_long && !has_short) return;
+  const auto fail = [&](const std::string& what) { throw Error(f.path() + ": " + what); };
+  // llama.cpp would run a lone one for some contexts and none for others; converters write both.
+  if (!has_long || !has_short)
+    fail(std::string("tensor 'rope_factors_") + (has_long ? "long" : "short") + ".weight' without 'rope_factors_" +
+         (has_long ? "short" : "long") + ".weight' (LongRoPE needs both)");
+  if (!c.rope_freq_factors.empty()) fail("LongRoPE factors and rope_freqs.weight in one file");
+  c.rope_freq_factors = read_factors(f, "rope_factors_short.weight", c.n_rot);
+  c.rope_freq_factors_long = read_factors(f, "rope_factors_long.weight", c.n_rot);
+}
+
+RopeConfig resolve_rope(const ModelConfig& c, const RopeParams& p, int64_t n_ctx) {
   RopeConfig r;
   r.n_rot = c.n_rot;
   r.freq_factors = c.rope_freq_factors;
+  if (!c.rope_freq_factors_long.empty()) {
+    // llama.cpp's rule (the context, not the current length as in transformers, so that
+    // cached keys keep their angles), against the model's original context; with it an
+    // override of YaRN's original context does not move the switch. llama.cpp rounds the
+    // context up to a multiple of 256 first, which changes nothing for the 4096 of Phi-3.
+    const int64_t orig = c.rope_orig_ctx ? c.rope_orig_ctx : c.n_ctx_train;
+    const std::string o = std::to_string(orig);
+    if (n_ctx > orig) {
+      r.freq_factors = c.rope_freq_factors_long;
+      r.factors_from = "rope_factors_long.weight (LongRoPE, context " + std::to_string(n_ctx) + " > " + o + ")";
+    } else {
+      r.factors_from = "rope_factors_short.weight (LongRoPE" +
+                       (n_ctx > 0 ? ", context " + std::to_string(n_ctx) + " <= " + o
+                                  : "; rope_factors_long.weight for contexts over " + o) + ")";
+    }
+  } else if (!r.freq_factors.empty()) {
+    r.factors_from = "rope_freqs.weight";
+  }
   // As llama.cpp: a factor on its own scales a model without a scaling type linearly.
   r.scaling = p.scaling ? *p.scaling
               : p.factor && c.rope_scaling == RopeScaling::None ? RopeScaling::Linear
@@ -194,7 +230,7 @@ std::string describe_rope(const RopeConfig& r) {
   if (r.scaling != RopeScaling::None || r.ext_factor != 0) s += ", original context " + std::to_string(r.orig_ctx);
   if (r.ext_factor != 0) s += ", ext factor " + num(r.ext_factor) + ", beta " + num(r.beta_fast) + "/" + num(r.beta_slow);
   if (r.attn_factor != 1 || r.ext_factor != 0) s += ", attn factor " + num(r.attn_factor);
-  if (!r.freq_factors.empty()) s += ", frequency factors from rope_freqs.weight";
+  if (!r.freq_factors.empty()) s += ", frequency factors from " + r.factors_from;
   return s;
 }
 

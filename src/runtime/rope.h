@@ -27,6 +27,7 @@ struct RopeConfig {
   uint32_t orig_ctx = 0;   // the context YaRN's correction dimensions are computed for
   double beta_fast = 32, beta_slow = 1;
   std::vector<float> freq_factors;  // empty, or n_rot/2 divisors of the pair frequencies
+  std::string factors_from;         // where freq_factors came from, for describe_rope
 };
 
 // Reads <prefix>rope.scaling.{type,factor,original_context_length,attn_factor} (or the
@@ -34,9 +35,17 @@ struct RopeConfig {
 // set. Throws kiln::Error naming the file and the key or tensor.
 void read_rope_scaling(const gguf::File& f, const std::string& prefix, ModelConfig& c);
 
+// Phi-3's LongRoPE: rope_factors_short.weight into c.rope_freq_factors and
+// rope_factors_long.weight into c.rope_freq_factors_long (both or neither; not with
+// rope_freqs.weight). The attention factor is rope.scaling.attn_factor, which
+// read_rope_scaling has read: the converter computes it, llama.cpp reads it as given.
+void read_longrope_factors(const gguf::File& f, ModelConfig& c);
+
 // The model's settings with the session's overrides applied (nothing in `p` set: the
-// model's). Throws kiln::Error naming the RopeParams field for a bad value.
-RopeConfig resolve_rope(const ModelConfig& c, const RopeParams& p);
+// model's) for a session of n_ctx positions, which picks LongRoPE's long factors when it
+// exceeds the original context (0: the short ones, what the model is without a session).
+// Throws kiln::Error naming the RopeParams field for a bad value.
+RopeConfig resolve_rope(const ModelConfig& c, const RopeParams& p, int64_t n_ctx = 0);
 
 // YaRN's correction range in pairs: pairs below [0] rotate more than beta_fast times over
 // the original context and keep their frequency; pairs above [1] rotate fewer than

@@ -189,7 +189,9 @@ struct Session::Impl {
     logits.resize(c.n_vocab);
 
     // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
-    const RopeConfig rope_config = resolve_rope(c, p.rope);
+    // Against the model's settings without a context: a LongRoPE session whose context
+    // picks the long factors gets an identity of its own.
+    const RopeConfig rope_config = resolve_rope(c, p.rope, n_ctx);
     positions_id = rope_identity(rope_config, resolve_rope(c, {}));
     rope_cos_sin = rope_cos_sin_table(rope_config, n_ctx);
     if (c.rope_theta_swa > 0) {
