@@ -321,12 +321,27 @@ ChatTemplate select_chat_template(const Model& model, const ChatTemplateOptions&
   }
 }
 
-void write_stdout(std::string_view text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
-  const int err = errno;
+namespace {
+[[noreturn]] void stdout_failed(int err) {
   std::clearerr(stdout);
   if (err == EPIPE) throw OutputClosed{};
   throw Error(std::string("cannot write to stdout: ") + std::strerror(err));
+}
+}  // namespace
+
+// Straight to the descriptor, resuming after EINTR: the Ctrl-C that stops a reply can land
+// inside write(), and stdio cannot tell how much of an interrupted buffer went out.
+void write_stdout(std::string_view text) {
+  while (std::fflush(stdout) != 0) {
+    if (errno != EINTR) stdout_failed(errno);
+    std::clearerr(stdout);
+  }
+  while (!text.empty()) {
+    const ssize_t n = ::write(STDOUT_FILENO, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) stdout_failed(errno);
+    text.remove_prefix(size_t(n));
+  }
 }
 
 std::string read_text_file(const std::string& path) {
