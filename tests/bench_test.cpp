@@ -84,8 +84,10 @@ TEST(BenchBandwidth, RooflineLineIsPlausibleAndRowsUseIt) {
       std::regex(R"(memory read bandwidth \(roofline\): ([0-9.]+) GB/s with 1 thread \(median of 2 measurements ([0-9.]+)-([0-9.]+), one before each tg repetition, each the best of 3 passes over 0.25 GiB\))")))
       << md.out;
   const double median = std::stod(m[1]), lo = std::stod(m[2]), hi = std::stod(m[3]);
-  // Anything from a slow laptop (a few GB/s) to a many-channel server.
-  EXPECT_GT(lo, 0.5) << md.out;
+  // Anything from a slow laptop (a few GB/s) to a many-channel server; sanitizers check
+  // every load of the measuring loop, which then reads ~0.4 GB/s.
+  const double min_gbs = kSanitized ? 0.05 : 0.5;
+  EXPECT_GT(lo, min_gbs) << md.out;
   EXPECT_LT(hi, 5000.0) << md.out;
   EXPECT_LE(lo, median);
   EXPECT_LE(median, hi);
@@ -99,7 +101,9 @@ TEST(BenchBandwidth, RooflineLineIsPlausibleAndRowsUseIt) {
     EXPECT_NEAR(gbs, 1171200.0 * ts / 1e9, 0.006 + gbs * 1e-3) << line;  // the file's tensor bytes
     // Two measurements: their mean is the median.
     EXPECT_NEAR(roofline, median, 0.006 + roofline * 1e-3) << line;
-    EXPECT_NEAR(pct, 100 * gbs / roofline, 0.06 + pct * 1e-3) << line;
+    // The row prints both rates to 0.01 GB/s and pct comes from the unrounded ones: at
+    // low rates that rounding alone moves pct by a few points.
+    EXPECT_NEAR(pct, 100 * gbs / roofline, 0.06 + pct * (0.0051 / gbs + 0.0051 / roofline)) << line;
   }
   EXPECT_TRUE(saw_tg) << md.out;
 
@@ -112,7 +116,7 @@ TEST(BenchBandwidth, RooflineLineIsPlausibleAndRowsUseIt) {
   const auto rows = bench_json("-p 0 -n 16 -r 1 -t 1 --roofline --roofline-mib 256");
   ASSERT_EQ(rows.size(), 1u);
   const double r = rows[0]["roofline_gbs"].get<double>(), w = rows[0]["weights_gbs"].get<double>();
-  EXPECT_GT(r, 0.5);
+  EXPECT_GT(r, min_gbs);
   EXPECT_NEAR(rows[0]["roofline_pct"].get<double>(), 100 * w / r, 1e-9 * w / r);
 }
 

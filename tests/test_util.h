@@ -4,6 +4,20 @@
 
 namespace kiln::test {
 
+// Built with ASan or TSan (scripts/sanitize): the address space is reserved by the
+// sanitizer, and instrumented loads make timings meaningless.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 std::string shared_dir();                  // absolute path of ../shared
 std::string shared_path(const std::string& rel);  // shared_dir() + "/" + rel
 std::string kiln_binary();                 // the built kiln executable

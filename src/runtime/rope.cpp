@@ -219,7 +219,9 @@ std::vector<float> rope_cos_sin_table(const RopeConfig& r, int32_t n_pos) {
   const std::vector<PairFreq> freqs = pair_freqs(r);
   const double mscale = magnitude(r);
   std::vector<float> table(size_t(std::max(n_pos, 0)) * half * 2);
-  for (int32_t pos = 0; pos < n_pos; ++pos) fill(r, freqs, mscale, pos, &table[size_t(pos) * half * 2]);
+  // data() + offset, not &table[i]: with no rotated dimensions (ALiBi models) the table is
+  // empty and operator[] on it is undefined even when nothing is written.
+  for (int32_t pos = 0; pos < n_pos; ++pos) fill(r, freqs, mscale, pos, table.data() + size_t(pos) * half * 2);
   return table;
 }
 
