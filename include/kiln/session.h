@@ -2,6 +2,7 @@
 // A Session runs the forward pass of one Model over a sequence, keeping the KV cache so
 // each call only computes the tokens it is given. Buffers are allocated once here; the
 // per-token path allocates nothing.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,6 +55,8 @@ struct KvMemory {
 
 struct SessionParams {
   int32_t n_ctx = 0;      // 0: the model's context_length capped at 4096
+  // The context this asks of model c: n_ctx, or its default.
+  int64_t context_for(const ModelConfig& c) const { return n_ctx > 0 ? n_ctx : std::min<int64_t>(c.n_ctx_train, 4096); }
   int32_t n_batch = 512;  // tokens per prefill step (matrix x matrix)
   int32_t n_threads = 0;  // 0: physical cores
   // KV cache storage: F32, F16, BF16, Q8_0 or Q4_0 (quantized values need flash attention).

@@ -134,7 +134,7 @@ int info(InfoOptions& o) {
   }
   std::printf("tokenizer:    %s, %d tokens, bos %d, eos %d, add_bos %s\n", tok.vocab().model.c_str(), tok.n_vocab(),
               tok.bos(), tok.eos(), tok.vocab().add_bos ? "yes" : "no");
-  const uint32_t n_ctx = std::min<uint32_t>(c.n_ctx_train, 4096);
+  const uint32_t n_ctx = uint32_t(SessionParams{}.context_for(c));
   // The cache at the default context for each type -ctk/-ctv can pick (keys and values alike).
   std::string per_type;
   for (TensorType t : {TensorType::F16, TensorType::F32, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {

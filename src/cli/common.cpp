@@ -274,10 +274,8 @@ SessionParams session_params(const ModelOptions& opts, const Model& model) {
   const std::string windows = describe_windows(layer_windows(model.config(), p));
   if (!windows.empty()) spdlog::info("sliding window: {}{}", windows, p.swa_full ? " (full-size cache, --swa-full)" : "");
   p.rope = rope_params(opts.rope);
-  // The session's context (SessionParams::n_ctx: 0 is context_length capped at 4096)
-  // picks LongRoPE's factors.
-  const RopeConfig rope =
-      resolve_rope(model.config(), p.rope, p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(model.config().n_ctx_train, 4096));
+  // The session's context picks LongRoPE's factors.
+  const RopeConfig rope = resolve_rope(model.config(), p.rope, p.context_for(model.config()));
   if (rope.scaling != RopeScaling::None || !rope.freq_factors.empty() || rope.ext_factor != 0 || rope.attn_factor != 1)
     spdlog::info("rope scaling: {}", describe_rope(rope));
   return p;

@@ -52,7 +52,7 @@ int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
 // and that of the other buffers that grow with the context, refused with a clear message
 // before any allocation when it could not fit in the memory this process may use.
 KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std::vector<uint32_t>& windows) {
-  const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+  const int64_t n_ctx = p.context_for(c);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
   KvCache::Shape s{c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim, c.head_dim,
                    p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v),
