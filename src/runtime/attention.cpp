@@ -90,7 +90,12 @@ void Attention::scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, siz
                           size_t lo, size_t n_keys) const {
   const size_t head = KvCache::row_bytes(k_type_, kvh * c_.head_dim);
   runs(l, seq, lo, lo + n_keys, [&](size_t p, const uint8_t* k, const uint8_t*, size_t n) {
-    ops_.gemm({k_type_, k + head, k_row_bytes_, x, ldx, S + (p - lo), n_keys, c_.head_dim, nb, 0, n});
+    // A long run in tiles, the next one's keys asked for while this one is computed.
+    for (size_t r0 = 0; r0 < n; r0 += kTileKeys) {
+      const size_t r1 = std::min(n, r0 + kTileKeys);
+      if (r1 < n) prefetch_keys(k + r1 * k_row_bytes_, kvh, std::min(n - r1, kTileKeys));
+      ops_.gemm({k_type_, k + head, k_row_bytes_, x, ldx, S + (p - lo), n_keys, c_.head_dim, nb, r0, r1});
+    }
   });
 }
 
@@ -128,6 +133,36 @@ void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t
   const size_t hd = c_.head_dim;
   runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
     for (size_t i = 0; i < m; ++i) KvCache::decode_row(k_type_, k + i * k_row_bytes_, kvh * hd, hd, out + (p - lo + i) * hd);
+  });
+}
+
+// Asks for the keys (and values) of head kvh at positions [lo, lo + n) ahead of their
+// use. A head's rows are short pieces at a fixed stride (128 bytes of every 512 for a
+// 4-head f16 cache, 68 of every 272 for q8_0), which the hardware prefetchers follow
+// poorly: without this, Q K^T waits on memory for nearly every key.
+namespace {
+void prefetch_lines(const uint8_t* p, size_t bytes) {
+  const uintptr_t first = uintptr_t(p) & ~uintptr_t{63}, end = uintptr_t(p) + bytes;
+  for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
+}
+}  // namespace
+
+void Attention::prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const {
+  const size_t hd = c_.head_dim, head = KvCache::row_bytes(k_type_, kvh * hd), bytes = KvCache::row_bytes(k_type_, hd);
+  for (size_t i = 0; i < n; ++i) prefetch_lines(k + i * k_row_bytes_ + head, bytes);
+}
+
+void Attention::prefetch(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n) const {
+  const size_t hd = c_.head_dim, stride = v_stride(l);
+  const size_t v_head = v_transposed_ ? 0 : KvCache::row_bytes(v_type_, kvh * hd);
+  const size_t v_bytes = v_transposed_ ? 0 : KvCache::row_bytes(v_type_, hd);
+  runs(l, seq, lo, lo + n, [&](size_t, const uint8_t* k, const uint8_t* v, size_t m) {
+    prefetch_keys(k, kvh, m);
+    if (v_transposed_) {
+      for (size_t d = 0; d < hd; ++d) prefetch_lines(v + (kvh * hd + d) * stride, m * elem_);
+    } else {
+      for (size_t i = 0; i < m; ++i) prefetch_lines(v + i * stride + v_head, v_bytes);
+    }
   });
 }
 
@@ -289,6 +324,8 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
       if (decode && n_units > 1) key_lo += unit * kSplitKeys, n_keys = std::min(n_keys, key_lo + kSplitKeys);
       for (size_t j0 = key_lo, nk = 0; j0 < n_keys; j0 += nk) {
         nk = std::min({kTileKeys, n_keys - j0, tile_room(l, j0)});
+        if (j0 == key_lo) prefetch(l, sp.seq, kvh, j0, nk);
+        if (j0 + nk < n_keys) prefetch(l, sp.seq, kvh, j0 + nk, std::min(kTileKeys, n_keys - j0 - nk));
         if (k_by_head) {
           scores_qk(l, sp.seq, kvh, Qs, hd, rows, S, j0, nk);
         } else {

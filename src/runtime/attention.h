@@ -66,6 +66,8 @@ class Attention {
   void scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys, float* out,
                 size_t ldo, float* tmp, uint8_t* gathered) const;
   void gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, uint8_t* dst) const;
+  void prefetch(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n) const;
+  void prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const;  // n key rows from k
   void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
 
   void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
