@@ -446,56 +446,55 @@ void gemm_quant_vnni(const GemmArgs& a) {
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
     for (size_t b = 0; b < nb; ++b) quantize_activations(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+    // Activation rows b..b+3 as row_dot takes them, and one output from row b alone.
+    struct Four {
+      const int8_t* q[4];
+      const float* d[4];
+      const int32_t* s[4];
+    };
+    const auto four = [&](size_t b) {
+      return Four{{xq[b], xq[b + 1], xq[b + 2], xq[b + 3]}, {xd[b], xd[b + 1], xd[b + 2], xd[b + 3]},
+                  {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]}};
+    };
+    const auto dot1 = [&](const uint8_t* w, size_t b, size_t r) {
+      const int8_t* q1[1] = {xq[b]};
+      const float* d1[1] = {xd[b]};
+      const int32_t* s1[1] = {xs[b]};
+      float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
+      row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
+    };
     size_t r = a.r0;
     if constexpr (T != TensorType::Q4_K) {
       // Four weight rows x four activation rows: 16 accumulators, summed together
       // (hsum_many: the same sums as one by one, at a third of the cost), which is
       // what short rows (attention's keys, k = head_dim) are dominated by otherwise.
-      if (nb >= 4) {
-        for (; r + 4 <= a.r1; r += 4) {
-          const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
-          size_t b = 0;
-          for (; b + 4 <= nb; b += 4) {
-            const int8_t* q4[4] = {xq[b], xq[b + 1], xq[b + 2], xq[b + 3]};
-            const float* d4[4] = {xd[b], xd[b + 1], xd[b + 2], xd[b + 3]};
-            const int32_t* s4[4] = {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]};
-            __m512 acc[16];
+      for (; nb >= 4 && r + 4 <= a.r1; r += 4) {
+        const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
+        size_t b = 0;
+        for (; b + 4 <= nb; b += 4) {
+          const Four x = four(b);
+          __m512 acc[16];
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; ++i) row_acc_int8<T, 4>(w + i * w_row_bytes, q4, d4, s4, n_blocks, acc + 4 * i);
-            float sums[16];
-            hsums<16>(acc, sums);
-            for (int i = 0; i < 4; ++i)
-              for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
-          }
-          for (; b < nb; ++b)
-            for (int i = 0; i < 4; ++i) {
-              const int8_t* q1[1] = {xq[b]};
-              const float* d1[1] = {xd[b]};
-              const int32_t* s1[1] = {xs[b]};
-              float* o1[1] = {&a.y[(b0 + b) * a.ldy + r + i]};
-              row_dot<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, o1);
-            }
+          for (int i = 0; i < 4; ++i) row_acc_int8<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i);
+          float sums[16];
+          hsums<16>(acc, sums);
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
         }
+        for (; b < nb; ++b)
+          for (int i = 0; i < 4; ++i) dot1(w + i * w_row_bytes, b, r + i);
       }
     }
     for (; r < a.r1; ++r) {
       const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
       size_t b = 0;
       for (; b + 4 <= nb; b += 4) {
-        const int8_t* q4[4] = {xq[b], xq[b + 1], xq[b + 2], xq[b + 3]};
-        const float* d4[4] = {xd[b], xd[b + 1], xd[b + 2], xd[b + 3]};
-        const int32_t* s4[4] = {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]};
+        const Four x = four(b);
         float* o4[4] = {&a.y[(b0 + b) * a.ldy + r], &a.y[(b0 + b + 1) * a.ldy + r], &a.y[(b0 + b + 2) * a.ldy + r],
                         &a.y[(b0 + b + 3) * a.ldy + r]};
-        row_dot<T, 4>(w, q4, d4, s4, n_blocks, o4);
+        row_dot<T, 4>(w, x.q, x.d, x.s, n_blocks, o4);
       }
-      for (; b < nb; ++b) {
-        const int8_t* q1[1] = {xq[b]};
-        const float* d1[1] = {xd[b]};
-        const int32_t* s1[1] = {xs[b]};
-        float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
-        row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
-      }
+      for (; b < nb; ++b) dot1(w, b, r);
     }
   }
 }
