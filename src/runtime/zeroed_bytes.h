@@ -35,7 +35,9 @@ class ZeroedBytes {
     // Transparent huge pages where the system offers them on request: decoding at a long
     // depth reads every layer's keys and values once per token, and with 4 KiB pages
     // that is a TLB miss every 15 q8_0 keys of a head. Only a hint; failure changes nothing.
+#ifdef MADV_HUGEPAGE
     if (n >= kHugePage) madvise(p, n, MADV_HUGEPAGE);
+#endif
   }
   static constexpr size_t kHugePage = size_t{2} << 20;
 
