@@ -37,6 +37,12 @@ std::vector<float> slopes_of(const ModelConfig& c) {
   return slopes;
 }
 
+// Asks the cache hierarchy for the lines holding [p, p + bytes).
+void prefetch_lines(const uint8_t* p, size_t bytes) {
+  const uintptr_t first = uintptr_t(p) & ~uintptr_t{63}, end = uintptr_t(p) + bytes;
+  for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
+}
+
 }  // namespace
 
 Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx,
@@ -140,13 +146,6 @@ void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t
 // use. A head's rows are short pieces at a fixed stride (128 bytes of every 512 for a
 // 4-head f16 cache, 68 of every 272 for q8_0), which the hardware prefetchers follow
 // poorly: without this, Q K^T waits on memory for nearly every key.
-namespace {
-void prefetch_lines(const uint8_t* p, size_t bytes) {
-  const uintptr_t first = uintptr_t(p) & ~uintptr_t{63}, end = uintptr_t(p) + bytes;
-  for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
-}
-}  // namespace
-
 void Attention::prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const {
   const size_t hd = c_.head_dim, head = KvCache::row_bytes(k_type_, kvh * hd), bytes = KvCache::row_bytes(k_type_, hd);
   for (size_t i = 0; i < n; ++i) prefetch_lines(k + i * k_row_bytes_ + head, bytes);
