@@ -30,7 +30,7 @@ TensorType type_of(int64_t i) {
 struct Setup {
   kiln::ModelConfig config;
   std::vector<uint32_t> window;
-  std::unique_ptr<kiln::KvCache> cache;
+  std::unique_ptr<kiln::KvStore> cache;
 };
 
 // Caches filled once per (depth, type): filling 16K positions of 22 layers takes seconds.
@@ -43,15 +43,17 @@ Setup& setup_for(size_t depth, TensorType tk, TensorType tv) {
   s->config.head_dim = kHeadDim, s->config.dim = kHeads * kHeadDim;
   s->window.assign(kLayers, 0);
   const bool one_value = kiln::KvCache::is_one_value(tv);
-  s->cache = std::make_unique<kiln::KvCache>(
-      kiln::KvCache::Shape{kLayers, depth + 1, kKvHeads * kHeadDim, kHeadDim, tk, tv, one_value, {}});
+  s->cache = kiln::make_kv_store(
+      kiln::KvLayout::contiguous, kiln::KvCache::Shape{kLayers, depth + 1, kKvHeads * kHeadDim, kHeadDim, tk, tv, one_value, {}},
+      s->window, 16);
+  s->cache->append(0, depth + 1);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> k(kKvHeads * kHeadDim), v(k.size());
   for (size_t l = 0; l < kLayers; ++l)
     for (size_t p = 0; p <= depth; ++p) {
       for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng), v[i] = normal(rng);
-      s->cache->store(l, p, k.data(), v.data());
+      s->cache->store(l, 0, p, k.data(), v.data());
     }
   return *s;
 }
@@ -63,7 +65,7 @@ void Decode(benchmark::State& state) {
   if (!flash && !kiln::KvCache::is_one_value(tv)) return state.SkipWithError("quantized values need tiled attention");
   Setup& s = setup_for(depth, tk, tv);
   kiln::ThreadPool pool{int(kThreads)};
-  kiln::Attention attention(s.config, s.window, flash, depth + 1, int(kThreads), s.cache.get(), nullptr);
+  kiln::Attention attention(s.config, s.window, flash, depth + 1, int(kThreads), *s.cache);
   std::vector<float> q(kHeads * kHeadDim), out(q.size());
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);

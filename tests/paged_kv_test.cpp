@@ -15,6 +15,7 @@
 #include "kiln/parallel.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_store_layouts.h"
 #include "runtime/paged_kv.h"
 #include "stories_fixture.h"
 #include "test_util.h"
@@ -188,16 +189,18 @@ TEST(PagedAttention, EqualsTheContiguousCacheExactly) {
     SCOPED_TRACE(tc.name);
     c.positions = tc.alibi ? Positions::alibi : Positions::rope;
     const bool transposed = KvCache::is_one_value(tc.v);
-    KvCache cache({1, n_ctx, kv_dim, 64, tc.k, tc.v, transposed, {}});
-    PagedKv paged({1, kv_dim, 64, tc.k, tc.v, transposed, tc.block, n_ctx});
-    const int32_t s0 = paged.add_sequence();
+    const KvCache::Shape shape{1, n_ctx, kv_dim, 64, tc.k, tc.v, transposed, {}};
+    ContiguousKvStore cache(shape, window);
+    PagedKvStore paged(shape, tc.block);
+    const int32_t s0 = 0;
+    cache.append(s0, n);
     paged.append(s0, n);
     for (size_t p = 0; p < n; ++p) {
-      cache.store(0, p, &K[p * kv_dim], &V[p * kv_dim]);
+      cache.store(0, s0, p, &K[p * kv_dim], &V[p * kv_dim]);
       paged.store(0, s0, p, &K[p * kv_dim], &V[p * kv_dim]);
     }
-    Attention contiguous(c, window, tc.flash, n_ctx, pool.size(), &cache, nullptr);
-    Attention blocks(c, window, tc.flash, n_ctx, pool.size(), nullptr, &paged);
+    Attention contiguous(c, window, tc.flash, n_ctx, pool.size(), cache);
+    Attention blocks(c, window, tc.flash, n_ctx, pool.size(), paged);
     // A prefill of 300 queries after 200 cached positions, then one decode query.
     for (const QuerySpan sp : {QuerySpan{0, 300, 200, s0}, QuerySpan{0, 1, 529, s0}}) {
       std::vector<float> want(sp.n * q_dim, NAN), got(sp.n * q_dim, NAN);
@@ -306,33 +309,38 @@ TEST(PagedGreedy, SameTextAsContiguousFor400Tokens) {
   }
 }
 
-TEST(PagedSession, ContiguousRefusesSequencesAndPagedRefusesWhatItLacks) {
+TEST(PagedSession, ContiguousRefusesSequencesAndPagedRefusesBadCalls) {
   EXPECT_EQ(SessionParams{}.kv_layout, KvLayout::contiguous) << "the default stays the contiguous cache";
   Session contiguous(stories(), params(KvLayout::contiguous, TensorType::F16, FlashAttention::automatic));
   EXPECT_EQ(contiguous.kv_layout(), KvLayout::contiguous);
   EXPECT_EQ(contiguous.kv_memory().bytes_used, contiguous.kv_cache_bytes());
   EXPECT_EQ(contiguous.kv_memory().blocks_used, 0);
   EXPECT_THROW(contiguous.fork_sequence(0), Error);
+  EXPECT_THROW(contiguous.add_sequence(), Error);
   const int32_t tok[1] = {1}, seq[1] = {0};
-  EXPECT_THROW(contiguous.decode_parallel(seq, tok), Error);
+  contiguous.decode_parallel(seq, tok);  // sequence 0 alone is a plain decode
+  EXPECT_EQ(contiguous.n_past(), 1);
 
   Session paged(stories(), params(KvLayout::paged, TensorType::F16, FlashAttention::automatic));
   EXPECT_EQ(paged.kv_cache_bytes(), 0.0) << "nothing allocated before the first token";
   paged.decode(std::vector<int32_t>{1, 2, 3});
-  EXPECT_THROW(paged.shift_context(1, 1), Error);
-  const int32_t drop[1] = {1};
-  EXPECT_THROW(paged.evict(drop), Error);
-  EXPECT_THROW(paged.track_attention(true), Error);
-  EXPECT_THROW(paged.write_kv_state([](const void*, size_t) {}), Error);
   const int32_t twice[2] = {0, 0}, toks[2] = {1, 2};
   EXPECT_THROW(paged.decode_parallel(twice, toks), Error);
   const int32_t missing[1] = {5};
   EXPECT_THROW(paged.decode_parallel(missing, tok), Error);
+  EXPECT_THROW(paged.truncate_sequence(0, 4), Error);
+  EXPECT_THROW(paged.truncate_sequence(5, 0), Error);
   EXPECT_EQ(paged.n_past(), 3) << "refused calls change nothing";
 
   SessionParams swa = params(KvLayout::paged, TensorType::F16, FlashAttention::automatic);
   swa.swa_window = 64;
-  EXPECT_THROW(Session(stories(), swa), Error);
+  try {
+    Session refused(stories(), swa);
+    ADD_FAILURE() << "sliding-window layers on the paged layout should be refused at construction";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-layout paged does not support sliding-window layers"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Memory with sharing, in blocks of 16: a 50-token prompt (3 full blocks + 2 tokens),
@@ -434,8 +442,6 @@ TEST(ParallelCli, ErrorsAreOneLine) {
                               "leaves no room to generate");
   test::expect_one_line_error(test::run_command(stories_cmd("-p 'Once' -np 2 --kv-layout contiguous")), 2,
                               "--parallel needs --kv-layout paged");
-  test::expect_one_line_error(test::run_command(stories_cmd("-p 'Once' --kv-layout paged --context-shift")), 2,
-                              "need --kv-layout contiguous");
 }
 
 // -np: a pp row, then tg rows of 1 and 3 sequences after the shared 40-token prefix.

@@ -50,6 +50,9 @@ class Chat {
   const ChatTemplate& chat_template() const { return template_; }
   // The text the template renders for the conversation so far.
   std::string rendered() const;
+  // The tokens send(user_text) would evaluate from an empty cache (BOS included), without
+  // sending it: a prompt for other loops (kiln run --parallel N --chat).
+  std::vector<int32_t> prompt_tokens(const std::string& user_text) const;
   // How many tokens the conversation holds (cached or about to be).
   size_t n_tokens() const { return generator_.history().size(); }
 
@@ -71,6 +74,7 @@ class Chat {
     std::string text;
   };
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  bool needs_bos(const std::string& prompt) const;  // the vocabulary adds a BOS the template did not write
   ChatTurn send_appended(const nlohmann::ordered_json& conversation, const std::string& prompt,
                          const std::string& user_text, int32_t n_predict,
                          const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);

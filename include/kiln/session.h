@@ -36,12 +36,14 @@ struct KvStateDesc {
 // quantized values; automatic turns it on exactly then.
 enum class FlashAttention { automatic, on, off };
 
-// How the KV cache is stored. contiguous: one preallocated run of n_ctx positions per
-// layer, for one sequence. paged: blocks of kv_block positions taken on demand through a
-// block table per sequence, so several sequences can share a prefix (copy-on-write when
-// one writes into a shared block); same results as contiguous, bit for bit. Paged
-// supports neither sliding-window layers, context shifts, eviction, attention tracking
-// nor saving the cache (kiln::Error naming the feature).
+// How the KV cache is stored (runtime/kv_store.h). contiguous: one preallocated run of
+// n_ctx positions per layer, for one sequence (sequence 0; forks need paged).
+// paged: blocks of kv_block positions taken on demand through a block table per
+// sequence, so several sequences can share a prefix (copy-on-write when one writes into
+// a shared block); same results as contiguous, bit for bit, for every feature
+// (truncation, context shifts, eviction, attention scores, saved state, in the same
+// bytes). Paged has no sliding-window rings: a model with sliding-window layers is
+// refused at construction (kiln::Error).
 enum class KvLayout { contiguous, paged };
 
 // Paged KV memory, in blocks (each holds kv_block positions of every layer) and bytes.
@@ -125,11 +127,17 @@ class Session {
   std::span<const float> attention_scores() const;
   void reset() { truncate(0); }
 
-  // Parallel sequences (paged layout only, else kiln::Error). Sequence 0 always exists:
-  // it is the one decode(), truncate() and n_past() work on. A fork holds the same
-  // positions as `from` in the same blocks, shared until a sequence writes into one.
+  // Parallel sequences (the paged layout; on the contiguous one, add_sequence and
+  // fork_sequence throw kiln::Error). Sequence 0 always exists: it is the one decode(),
+  // truncate(), shift_context(), evict(), the attention scores and the saved state work
+  // on. A fork holds the same positions as `from` in the same blocks, shared until a
+  // sequence writes into one; add_sequence() starts an empty one.
   KvLayout kv_layout() const;
   int32_t fork_sequence(int32_t from = 0);
+  int32_t add_sequence();
+  // Forgets positions >= n of a sequence (rejected draft tokens): the next token of that
+  // sequence continues from n, as if the forgotten ones had never been decoded.
+  void truncate_sequence(int32_t seq, int32_t n);
   // Its blocks lose a reference (freed when no other sequence holds them); the id may be
   // reused by a later fork. Sequence 0 is only emptied.
   void free_sequence(int32_t seq);

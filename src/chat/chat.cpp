@@ -40,6 +40,22 @@ std::string Chat::render(const ordered_json& messages, bool add_generation_promp
 
 std::string Chat::rendered() const { return render(messages(), false); }
 
+bool Chat::needs_bos(const std::string& prompt) const {
+  return tokenizer_.vocab().add_bos && tokenizer_.bos() >= 0 &&
+         (bos_text_.empty() || prompt.compare(0, bos_text_.size(), bos_text_) != 0);
+}
+
+std::vector<int32_t> Chat::prompt_tokens(const std::string& user_text) const {
+  ordered_json conversation = messages();
+  conversation.push_back({{"role", "user"}, {"content", user_text}});
+  const std::string prompt = render(conversation, true);
+  std::vector<int32_t> tokens;
+  if (needs_bos(prompt)) tokens.push_back(tokenizer_.bos());
+  const std::vector<int32_t> text_tokens = tokenizer_.encode(prompt, false, true);  // markers as control tokens, as send()
+  tokens.insert(tokens.end(), text_tokens.begin(), text_tokens.end());
+  return tokens;
+}
+
 void Chat::clear() {
   turns_ = ordered_json::array();
   segments_.clear();
@@ -65,8 +81,7 @@ ChatTurn Chat::send(const std::string& user_text, int32_t n_predict,
   }
   std::vector<Segment> new_segments;
   std::vector<int32_t> tokens;
-  if (keep_tokens == 0 && tokenizer_.vocab().add_bos && tokenizer_.bos() >= 0 &&
-      (bos_text_.empty() || prompt.compare(0, bos_text_.size(), bos_text_) != 0)) {
+  if (keep_tokens == 0 && needs_bos(prompt)) {
     matched = 0;
     tokens.push_back(tokenizer_.bos());
     new_segments.push_back({1, ""});

@@ -105,6 +105,7 @@ void register_chat(CLI::App& app, Action& action) {
                   "Resume the conversation saved in this file (with its KV cache; sampling settings come from this command line) and save it there after each turn");
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
+  add_kv_layout_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
   add_context_shift_options(*cmd, o->gen, /*on_by_default=*/true);
   add_log_options(*cmd, o->log);

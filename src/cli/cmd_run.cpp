@@ -79,10 +79,7 @@ int run(RunOptions& o) {
   if (o.n_parallel > 1 && !o.model.kv_layout.empty() && kv_layout(o.model.kv_layout) != KvLayout::paged)
     throw UsageError("--parallel needs --kv-layout paged (the sequences share the prompt's blocks)");
   if (o.n_parallel > 1) o.model.kv_layout = "paged";
-  if (o.n_parallel > 0 && o.chat) throw UsageError("--parallel does not work with --chat yet");
-  const KvEvictionParams eviction = kv_eviction(o.gen, 1 << 30);  // flags checked against each other; budget below
-  if (kv_layout(o.model.kv_layout) == KvLayout::paged && eviction.policy != KvEviction::none)
-    throw UsageError("--kv-evict and --context-shift need --kv-layout contiguous");
+  kv_eviction(o.gen, 1 << 30);  // flags checked against each other before loading; budget below
   auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack, o.tokenizer_file);
   const Tokenizer& tok = model->tokenizer();
   if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
@@ -106,6 +103,8 @@ int run(RunOptions& o) {
     chat.set_system(o.system);
     spdlog::debug("chat template: {}; context {}, threads {}, seed {}", origin, session.n_ctx(), session.n_threads(),
                   sampler.seed());
+    // N answers to the one user message: its rendered prompt, sampled N times.
+    if (o.n_parallel > 0) return run_parallel(o, *model, session, chat.prompt_tokens(prompt));
     st = chat.send(prompt, o.gen.n_predict, print).stats;
   } else {
     const std::vector<int32_t> tokens = tok.encode(prompt, tok.vocab().add_bos);

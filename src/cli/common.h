@@ -50,7 +50,7 @@ TensorType cache_type(const std::string& name);
 void add_log_options(CLI::App& app, LogOptions& opts);
 void add_runtime_options(CLI::App& app, ModelOptions& opts);  // also --no-repack and the RoPE flags
 void add_rope_options(CLI::App& app, RopeOptions& opts);
-// --kv-layout contiguous|paged and --kv-block N (run, perplexity).
+// --kv-layout contiguous|paged and --kv-block N (run, chat, perplexity).
 void add_kv_layout_options(CLI::App& app, ModelOptions& opts);
 KvLayout kv_layout(const std::string& name);  // "" is contiguous
 void add_repack_flag(CLI::App& app, bool& no_repack);

@@ -99,13 +99,8 @@ ParallelResult generate_parallel(Session& session, const Tokenizer& tokenizer, c
     }
     active = batch_of;
     if (active.empty()) break;
-    if (session.kv_layout() == KvLayout::paged) {
-      const std::span<const float> out = session.decode_parallel(batch_seqs, batch_tokens);
-      logits.assign(out.begin(), out.end());
-    } else {
-      const std::span<const float> out = session.decode(batch_tokens);
-      logits.assign(out.begin(), out.end());
-    }
+    const std::span<const float> out = session.decode_parallel(batch_seqs, batch_tokens);
+    logits.assign(out.begin(), out.end());
     for (size_t b = 0; b < active.size(); ++b) row[size_t(active[b])] = b;
     note_memory();
   }

@@ -46,12 +46,11 @@ void prefetch_lines(const uint8_t* p, size_t bytes) {
 }  // namespace
 
 Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx,
-                     int n_threads, const KvCache* cache, const PagedKv* paged)
-    : c_(c), ops_(kernels::ops()), window_(window), flash_(flash), n_ctx_(n_ctx), cache_(cache), paged_(paged),
-      alibi_slope_(slopes_of(c)) {
-  k_type_ = cache ? cache->shape().k_type : paged->shape().k_type;
-  v_type_ = cache ? cache->shape().v_type : paged->shape().v_type;
-  v_transposed_ = cache ? cache->shape().v_transposed : paged->shape().v_transposed;
+                     int n_threads, const KvStore& kv)
+    : c_(c), ops_(kernels::ops()), window_(window), flash_(flash), n_ctx_(n_ctx), kv_(kv), alibi_slope_(slopes_of(c)) {
+  k_type_ = kv.format().k_type;
+  v_type_ = kv.format().v_type;
+  v_transposed_ = kv.format().v_transposed;
   k_row_bytes_ = KvCache::row_bytes(k_type_, size_t(c.n_kv_heads) * c.head_dim);
   elem_ = v_transposed_ ? KvCache::row_bytes(v_type_, 1) : 0;
   const size_t threads = size_t(n_threads);
@@ -63,31 +62,8 @@ Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, 
     return;
   }
   scores_.resize(threads * kQueryBlock * n_ctx);
-  if (cache && !cache->shape().layer_ctx.empty()) ring_out_.resize(threads * kQueryBlock * c.head_dim);
-  if (paged) gathered_.resize(threads * c.head_dim * n_ctx * elem_);
-}
-
-template <typename F>
-void Attention::runs(size_t l, int32_t seq, size_t p0, size_t p1, F&& f) const {
-  if (paged_) return paged_->for_each_run(l, seq, p0, p1, f);
-  cache_->for_each_run(l, p0, p1, [&](size_t p, size_t slot, size_t n) {
-    f(p, cache_->k_row(l, slot), v_transposed_ ? cache_->vt(l) + slot * elem_ : cache_->v_row(l, slot), n);
-  });
-}
-
-size_t Attention::v_stride(size_t l) const {
-  if (paged_) return paged_->v_stride();
-  return v_transposed_ ? cache_->vt_row_bytes(l) : cache_->v_row_bytes();
-}
-
-bool Attention::one_run(size_t l, size_t p0, size_t p1) const {
-  if (p1 <= p0) return true;
-  if (paged_) return p0 / paged_->block() == (p1 - 1) / paged_->block();
-  return cache_->slot(l, p0) + (p1 - p0) <= cache_->capacity(l);
-}
-
-size_t Attention::tile_room(size_t l, size_t j0) const {
-  return paged_ ? kTileKeys : cache_->capacity(l) - cache_->slot(l, j0);
+  if (kv.has_rings()) ring_out_.resize(threads * kQueryBlock * c.head_dim);
+  if (kv.gathers_runs()) gathered_.resize(threads * c.head_dim * n_ctx * elem_);
 }
 
 // S = Q K^T for nb query rows (x, row stride ldx) of KV head kvh against the keys of
@@ -121,7 +97,7 @@ void Attention::gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size
 void Attention::scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys,
                          float* out, size_t ldo, float* tmp, uint8_t* gathered) const {
   const size_t hd = c_.head_dim, stride = v_stride(l);
-  if (paged_ && !one_run(l, lo, lo + n_keys)) {
+  if (kv_.gathers_runs() && !one_run(l, seq, lo, lo + n_keys)) {
     gather_values(l, seq, kvh, lo, n_keys, gathered);
     ops_.gemm({v_type_, gathered, n_keys * elem_, S, n_keys, out, ldo, n_keys, nb, 0, hd});
     return;
@@ -322,7 +298,7 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
       size_t key_lo = window_start(sp.pos + b0, W), n_keys = sp.pos + b0 + nb;
       if (decode && n_units > 1) key_lo += unit * kSplitKeys, n_keys = std::min(n_keys, key_lo + kSplitKeys);
       for (size_t j0 = key_lo, nk = 0; j0 < n_keys; j0 += nk) {
-        nk = std::min({kTileKeys, n_keys - j0, tile_room(l, j0)});
+        nk = std::min({kTileKeys, n_keys - j0, kv_.wrap_room(l, j0)});
         if (j0 == key_lo) prefetch(l, sp.seq, kvh, j0, nk);
         if (j0 + nk < n_keys) prefetch(l, sp.seq, kvh, j0 + nk, std::min(kTileKeys, n_keys - j0 - nk));
         if (k_by_head) {
@@ -362,7 +338,7 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
           });
           continue;
         }
-        if (one_run(l, j0, j0 + nk)) {  // the block of each dimension's row, read in place
+        if (one_run(l, sp.seq, j0, j0 + nk)) {  // the block of each dimension's row, read in place
           runs(l, sp.seq, j0, j0 + nk, [&](size_t, const uint8_t*, const uint8_t* v, size_t) {
             ops_.gemm({v_type_, v + kvh * hd * v_stride(l), v_stride(l), S, nk, Ob, hd, nk, rows, 0, hd});
           });

@@ -1,10 +1,9 @@
 #pragma once
 // Causal attention of a batch's queries over the KV cache, the same arithmetic whichever
-// layout holds the keys and values: the contiguous per-layer cache (KvCache, rings for
-// sliding windows) or the paged one (PagedKv, a block table per sequence). Both give the
-// keys and values of a range of positions as runs stored contiguously; Q K^T is a gemm per
-// run (each score depends only on its key row and query, kernels.h), and P V is one gemm
-// over the whole range, the paged values of several blocks first gathered into a row per
+// layout holds the keys and values (runtime/kv_store.h): the store gives the keys and
+// values of a range of positions as runs stored contiguously; Q K^T is a gemm per run
+// (each score depends only on its key row and query, kernels.h), and P V is one gemm over
+// the whole range, the values of several paged blocks first gathered into a row per
 // dimension; values stored by position (quantized) go through Ops::pv run by run, which
 // adds positions one at a time in order. So a paged cache gives exactly the contiguous
 // cache's results.
@@ -19,8 +18,7 @@
 
 #include "kernels/kernels.h"
 #include "kiln/model.h"
-#include "runtime/kv_cache.h"
-#include "runtime/paged_kv.h"
+#include "runtime/kv_store.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -39,10 +37,10 @@ inline float attention_scale(const ModelConfig& c) {
 
 class Attention {
  public:
-  // Exactly one of cache and paged is given. window: per layer (0: global; a paged cache
-  // has none). flash: tiled attention with an online softmax instead of whole score rows.
+  // window: per layer (0: global). flash: tiled attention with an online softmax instead
+  // of whole score rows.
   Attention(const ModelConfig& c, const std::vector<uint32_t>& window, bool flash, size_t n_ctx, int n_threads,
-            const KvCache* cache, const PagedKv* paged);
+            const KvStore& kv);
 
   // out[row] = softmax(softcap(q[row] K^T * scale) (+ ALiBi)) V over the keys each query
   // sees in layer l; q and out are [rows][n_heads * head_dim]. scale: attention_scale(c),
@@ -52,14 +50,13 @@ class Attention {
   const std::vector<float>& alibi_slopes() const { return alibi_slope_; }  // [n_heads], empty without ALiBi
 
  private:
-  // Positions [p0, p1) of a sequence as runs: f(first position, key row, values, length)
-  // (values as KvCache stores them: per dimension rows when transposed, else by position).
+  // Positions [p0, p1) of a sequence as runs (KvStore::for_each_run).
   template <typename F>
-  void runs(size_t l, int32_t seq, size_t p0, size_t p1, F&& f) const;
-  size_t v_stride(size_t l) const;
-  bool one_run(size_t l, size_t p0, size_t p1) const;
-  // Keys that a tile starting at position j0 may span (a ring's end cuts it).
-  size_t tile_room(size_t l, size_t j0) const;
+  void runs(size_t l, int32_t seq, size_t p0, size_t p1, F&& f) const {
+    kv_.for_each_run(l, seq, p0, p1, f);
+  }
+  size_t v_stride(size_t l) const { return kv_.v_stride(l); }
+  bool one_run(size_t l, int32_t seq, size_t p0, size_t p1) const { return p1 <= p0 || kv_.run_room(l, seq, p0) >= p1 - p0; }
 
   void scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, size_t ldx, size_t nb, float* S, size_t lo,
                  size_t n_keys) const;
@@ -79,8 +76,7 @@ class Attention {
   const std::vector<uint32_t>& window_;
   const bool flash_;
   const size_t n_ctx_;
-  const KvCache* cache_;
-  const PagedKv* paged_;
+  const KvStore& kv_;
   TensorType k_type_, v_type_;
   bool v_transposed_;
   size_t k_row_bytes_, elem_;  // elem_: bytes of one value when transposed

@@ -213,8 +213,8 @@ void KvCache::keys_to_f32(size_t layer, size_t j0, size_t nj, size_t e0, size_t 
   for (size_t j = 0; j < nj; ++j) row_to_f32(s_.k_type, k_row(layer, j0 + j), e0, n, out + j * ld);
 }
 
-uint32_t KvCache::state_type() const {
-  return type_code(s_.k_type) | type_code(s_.v_type) << 3 | uint32_t(!s_.v_transposed) << 6;
+uint32_t KvCache::state_type_of(TensorType k, TensorType v, bool v_transposed) {
+  return type_code(k) | type_code(v) << 3 | uint32_t(!v_transposed) << 6;
 }
 
 std::string KvCache::state_type_name(uint32_t code) {

@@ -146,7 +146,8 @@ class KvCache {
   // A ring layer writes the same bytes, in position order, with zero rows for the
   // positions it no longer holds (outside every later query's window: never read), so
   // ring and full-size caches of the same windows load each other's states.
-  uint32_t state_type() const;
+  uint32_t state_type() const { return state_type_of(s_.k_type, s_.v_type, s_.v_transposed); }
+  static uint32_t state_type_of(TensorType k, TensorType v, bool v_transposed);
   static std::string state_type_name(uint32_t code);  // "f16 keys, q8_0 values by position"
   uint64_t state_layer_bytes(size_t n) const;
   template <typename Sink>  // sink(const void* data, size_t bytes)

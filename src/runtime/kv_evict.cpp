@@ -41,7 +41,7 @@ size_t attention_score_scratch_floats(size_t n_ctx, size_t head_dim) { return kQ
 
 void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops& ops, ThreadPool& pool) {
   const size_t hd = a.head_dim, q_dim = a.n_heads * hd, group = a.n_heads / a.n_kv_heads;
-  const size_t n_ctx = a.cache.n_ctx(), n_total = a.pos0 + a.B;
+  const size_t n_ctx = a.kv.format().n_ctx, n_total = a.pos0 + a.B;
   const size_t scratch_floats = attention_score_scratch_floats(n_ctx, hd);
   const auto heads = [&](int tid, int nth) {
     float* S = a.scratch + size_t(tid) * scratch_floats;  // [nb][n_keys]
@@ -54,7 +54,7 @@ void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops
         const size_t nb = std::min(kQueries, a.B - b0), n_keys = a.pos0 + b0 + nb;
         for (size_t j0 = 0; j0 < n_keys; j0 += kKeys) {
           const size_t nk = std::min(kKeys, n_keys - j0);
-          a.cache.keys_to_f32(a.layer, j0, nk, kvh * hd, hd, Kf, hd);
+          a.kv.keys_to_f32(a.layer, a.seq, j0, nk, kvh * hd, hd, Kf, hd);
           ops.gemm({TensorType::F32, Kf, hd * sizeof(float), a.q + b0 * q_dim + h * hd, q_dim, S + j0, n_keys, hd, nb,
                     0, nk});
         }

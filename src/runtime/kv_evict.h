@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "runtime/kv_cache.h"
+#include "runtime/kv_store.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -31,7 +31,8 @@ void turn_back(const float* cos_sin, size_t n_pairs, float* out);
 // head's rows are summed by one thread in query order into head_acc[h], and heads are
 // added to total in order.
 struct AttentionScorePass {
-  const KvCache& cache;
+  const KvStore& kv;
+  int32_t seq;
   size_t layer;
   const float* q;  // [B][n_heads * head_dim], RoPE applied
   size_t n_heads, n_kv_heads, head_dim;

@@ -83,6 +83,30 @@ void PagedKv::drop_block(int32_t id) {
   --blocks_used_;
 }
 
+int32_t PagedKv::copy_block(int32_t old) {
+  const int32_t copy = take_block();
+  for (size_t l = 0; l < s_.n_layers; ++l) std::memcpy(block_base(l, copy), block_base(l, old), layer_block_bytes());
+  drop_block(old);
+  return copy;
+}
+
+void PagedKv::unshare(int32_t seq, size_t pos) {
+  Sequence& s = live(seq);
+  for (size_t i = pos / s_.block; i < s.blocks.size(); ++i)
+    if (refs_[size_t(s.blocks[i])] > 1) s.blocks[i] = copy_block(s.blocks[i]);
+}
+
+void PagedKv::copy_values(size_t layer, int32_t seq, size_t from, size_t to) {
+  const std::vector<int32_t>& table = seqs_[size_t(seq)].blocks;
+  const uint8_t* src = block_base(layer, table[from / s_.block]) + s_.block * k_row_bytes_;
+  uint8_t* dst = block_base(layer, table[to / s_.block]) + s_.block * k_row_bytes_;
+  const size_t i = from % s_.block, j = to % s_.block;
+  if (!s_.v_transposed) return (void)std::memcpy(dst + j * v_row_bytes_, src + i * v_row_bytes_, v_row_bytes_);
+  const size_t stride = v_stride();
+  for (size_t d = 0; d < s_.kv_dim; ++d)
+    std::memcpy(dst + d * stride + j * value_size_, src + d * stride + i * value_size_, value_size_);
+}
+
 void PagedKv::append(int32_t seq, size_t n) {
   Sequence& s = live(seq);
   if (s.n + n > s_.n_ctx)
@@ -91,12 +115,7 @@ void PagedKv::append(int32_t seq, size_t n) {
   if (n == 0) return;
   // Only the block holding the first new position can be shared: later ones are new.
   const size_t first = s.n / s_.block;
-  if (first < s.blocks.size() && refs_[size_t(s.blocks[first])] > 1) {
-    const int32_t old = s.blocks[first], copy = take_block();
-    for (size_t l = 0; l < s_.n_layers; ++l) std::memcpy(block_base(l, copy), block_base(l, old), layer_block_bytes());
-    drop_block(old);
-    s.blocks[first] = copy;
-  }
+  if (first < s.blocks.size() && refs_[size_t(s.blocks[first])] > 1) s.blocks[first] = copy_block(s.blocks[first]);
   const size_t need = (s.n + n + s_.block - 1) / s_.block;
   while (s.blocks.size() < need) {
     s.blocks.push_back(take_block());

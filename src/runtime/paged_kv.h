@@ -81,6 +81,18 @@ class PagedKv {
   }
   size_t v_stride() const { return s_.v_transposed ? s_.block * value_size_ : v_row_bytes_; }
 
+  // Editing in place (eviction, context shifts): a sequence's blocks holding positions
+  // from `pos` on, copied where shared (copy-on-write, every layer), so that writes into
+  // them leave the other sequences' rows as they were.
+  void unshare(int32_t seq, size_t pos);
+  // Key row of a position (after unshare(), writable).
+  uint8_t* key_row(size_t layer, int32_t seq, size_t pos) const {
+    const size_t i = pos % s_.block;
+    return block_base(layer, seqs_[size_t(seq)].blocks[pos / s_.block]) + i * k_row_bytes_;
+  }
+  // Copies the values of position `from` to position `to` of the same sequence.
+  void copy_values(size_t layer, int32_t seq, size_t from, size_t to);
+
   // Memory. Blocks referenced by some sequence (each counted once), the blocks the same
   // sequences would hold without sharing (the sum of their tables), and the pool's
   // allocation (free blocks included).
@@ -100,6 +112,7 @@ class PagedKv {
     return chunks_[size_t(id) / kChunkBlocks].get() + (layer * kChunkBlocks + size_t(id) % kChunkBlocks) * layer_block_bytes();
   }
   int32_t take_block();
+  int32_t copy_block(int32_t id);  // a private copy of block id, which loses a reference
   void drop_block(int32_t id);
   Sequence& live(int32_t seq);
 

@@ -1,0 +1,257 @@
+// The forward pass (runtime/forward.h). Reads top to bottom like the paper: embed -> for
+// each layer (RMSNorm -> Q,K,V -> RoPE -> cache -> causal attention -> Wo -> residual,
+// RMSNorm -> SwiGLU FFN -> residual) -> final RMSNorm -> logits.
+// A call processes a batch of tokens at once (prefill is matrix x matrix).
+// Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
+// optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
+// RoPE, GELU MLP or GeGLU, scaled embeddings, post-norms, a final soft-cap, a second RoPE
+// table for sliding-window layers (the attention's scale and soft-cap: runtime/attention.h).
+#include "runtime/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/quant.h"
+#include "runtime/hash64.h"
+#include "runtime/kv_evict.h"
+#include "runtime/rope.h"
+#include "runtime/soft_cap.h"
+
+namespace kiln {
+namespace {
+
+// 0 when a session rotates keys exactly as the model's own settings say, else a hash of
+// the settings: saved caches are only reused under the same angles.
+uint64_t rope_identity(const RopeConfig& r, const RopeConfig& model_default) {
+  const auto same = [](const RopeConfig& a, const RopeConfig& b) {
+    return a.scaling == b.scaling && a.n_rot == b.n_rot && a.factor == b.factor && a.freq_base == b.freq_base &&
+           a.freq_scale == b.freq_scale && a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor &&
+           a.orig_ctx == b.orig_ctx && a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
+           a.freq_factors == b.freq_factors;
+  };
+  if (same(r, model_default)) return 0;
+  Hash64 h(0x726f7065);
+  const auto add = [&](double v) { h.update(&v, sizeof v); };
+  add(double(r.scaling)), add(r.n_rot), add(r.factor), add(r.freq_base), add(r.freq_scale), add(r.ext_factor);
+  add(r.attn_factor), add(r.orig_ctx), add(r.beta_fast), add(r.beta_slow);
+  h.update(r.freq_factors.data(), r.freq_factors.size() * sizeof(float));
+  return h.digest() | 1;  // never 0
+}
+
+}  // namespace
+
+Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv_store,
+                 ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash)
+    : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
+      attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store) {
+  const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv.format().kv_dim;
+  x.resize(B * c.dim);
+  xb.resize(B * c.dim);
+  q.resize(B * q_dim);
+  k.resize(B * kv_dim);
+  v.resize(B * kv_dim);
+  att.resize(B * q_dim);
+  hb.resize(B * c.ffn_dim);
+  hb2.resize(B * c.ffn_dim);
+  size_t max_rows = m.output.rows;
+  const auto size_for = [&](const WeightView& w) {
+    if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
+    max_rows = std::max<size_t>(max_rows, w.rows);
+  };
+  size_for(m.output);
+  for (const LayerWeights& L : m.layers)
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) size_for(*w);
+  prepared.resize(kMaxMatmuls * prepared_stride + 64);
+  prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
+  tasks.reserve(kMaxMatmuls * (max_rows / 16 + 1));
+
+  // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
+  // Against the model's settings without a context: a LongRoPE session whose context
+  // picks the long factors gets an identity of its own.
+  const RopeConfig rope_config = resolve_rope(c, p.rope, n_ctx);
+  positions_id_ = rope_identity(rope_config, resolve_rope(c, {}));
+  rope_cos_sin_ = rope_cos_sin_table(rope_config, n_ctx);
+  if (c.rope_theta_swa > 0) {
+    RopeConfig local;
+    local.n_rot = c.n_rot;
+    local.freq_base = c.rope_theta_swa;
+    rope_cos_sin_swa_ = rope_cos_sin_table(local, n_ctx);
+  }
+}
+
+// y_i[b] = W_i x[b] for every pair (all W_i have x's width), as one job for the pool:
+// rows of all matrices are cut into chunks that threads take in turn. Tiny work stays
+// on one thread: waking the pool costs more than the arithmetic.
+void Forward::matmuls(const float* in, size_t B, std::initializer_list<MatmulOut> outs) {
+  const void* prepared_for[kMaxMatmuls] = {};
+  TensorType prepared_type[kMaxMatmuls];
+  size_t n_prepared = 0, work = 0;
+  for (const MatmulOut& o : outs) work += o.w.rows * o.w.cols * B;
+  tasks.clear();
+  size_t left = work;
+  const size_t threads = size_t(pool.size());
+  for (const MatmulOut& o : outs) {
+    const WeightView& w = o.w;
+    kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, o.y, w.rows, w.cols, B, 0, w.rows, w.packed};
+    if (w.packed && ops.prepared_bytes(w.type, w.cols, B) > 0) {
+      size_t slot = 0;
+      while (slot < n_prepared && prepared_type[slot] != w.type) ++slot;
+      if (slot == n_prepared) {
+        void* dst = prepared_base + slot * prepared_stride;
+        prepare_activations(w.type, in, w.cols, B, dst);
+        prepared_type[slot] = w.type, prepared_for[slot] = dst, ++n_prepared;
+      }
+      a.x_prepared = prepared_for[slot];
+    }
+    // Guided split: each chunk is a share of the work still left in the whole job, so
+    // the first chunks are long runs the prefetchers stream well and the last ones are
+    // short, and the threads reach the barrier together. Rows come in whole 16-row
+    // packed groups (48 for the 6-row float prefill tiles), at least ~32 KiB of weights.
+    const size_t align = w.packed ? 16 : 48;
+    const size_t row_work = w.cols * B;
+    const size_t min_rows = std::max<size_t>(align, ((32u << 10) / std::max<size_t>(w.row_bytes, 1) + align - 1) / align * align);
+    for (size_t r0 = 0; r0 < w.rows;) {
+      const size_t want = (left / (2 * threads) / row_work + align - 1) / align * align;
+      const size_t n = std::min(w.rows - r0, std::max(want, min_rows));
+      a.r0 = r0;
+      a.r1 = r0 + n;
+      tasks.push_back(a);
+      r0 += n;
+      left -= n * row_work;
+    }
+  }
+  if (work < 64 * 1024 || pool.size() == 1) {
+    for (const kernels::GemmArgs& t : tasks) ops.gemm(t);
+    return;
+  }
+  pool.parallel_for_dynamic(tasks.size(), 1, [&](size_t t0, size_t t1) {
+    for (size_t t = t0; t < t1; ++t) ops.gemm(tasks[t]);
+  });
+}
+
+void Forward::prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst) {
+  if (B < 8 || pool.size() == 1) {
+    ops.prepare(type, in, k, k, 0, B, dst);
+    return;
+  }
+  pool.parallel_for(B, 1, [&](size_t b0, size_t b1) { ops.prepare(type, in, k, k, b0, b1, dst); });
+}
+
+
+// The cos/sin table layer l rotates with.
+const std::vector<float>& Forward::rope_table(size_t l) const {
+  const bool local = !rope_cos_sin_swa_.empty() && l < c.swa_window.size() && c.swa_window[l] > 0;
+  return local ? rope_cos_sin_swa_ : rope_cos_sin_;
+}
+
+
+void Forward::embed(int32_t token, float* out) {
+  const uint8_t* row = static_cast<const uint8_t*>(model.token_embd.data) + size_t(token) * model.token_embd.row_bytes;
+  switch (model.token_embd.type) {
+    case TensorType::F32: std::copy_n(reinterpret_cast<const float*>(row), c.dim, out); break;
+    case TensorType::F16: ops.fp16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
+    case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
+    default: kernels::ref::dequantize_row(model.token_embd.type, row, out, c.dim); break;
+  }
+  if (c.embed_scale != 1.0f) ops.scale(out, c.embed_scale, c.dim);
+}
+
+// out[b] = norm(in[b]) * w (+ bias) for B rows of n floats: the family's norm.
+void Forward::norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B) {
+  const float* weight = static_cast<const float*>(w.data);
+  const float* b_data = static_cast<const float*>(bias.data);  // nullptr without a bias
+  for (size_t b = 0; b < B; ++b) {
+    if (c.norm == Norm::layer) {
+      ops.layernorm(in + b * n, weight, b_data, out + b * n, n, c.rms_eps);
+    } else {
+      ops.rmsnorm(in + b * n, weight, out + b * n, n, c.rms_eps);
+      if (b_data) ops.add(out + b * n, b_data, out + b * n, n);
+    }
+  }
+}
+// y[b] += bias for B rows of n floats; nothing when the family has no such bias.
+void Forward::add_bias(float* y, const WeightView& bias, size_t n, size_t B) {
+  if (!bias) return;
+  for (size_t b = 0; b < B; ++b) ops.add(y + b * n, static_cast<const float*>(bias.data), y + b * n, n);
+}
+
+
+void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, bool all_logits,
+                  ScoreTracking* scores) {
+  const size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
+  const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv.format().kv_dim;
+  for (const QuerySpan& sp : spans) kv.append(sp.seq, sp.n);
+  const size_t pos0 = spans[0].pos;  // with H2O tracking: the one span's
+  if (scores) std::fill_n(&scores->total[pos0], B, 0.0f);
+
+  for (size_t b = 0; b < B; ++b) embed(tokens[b], &x[b * dim]);
+
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = model.layers[l];
+    norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
+
+    matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
+    add_bias(q.data(), L.bq, q_dim, B);
+    add_bias(k.data(), L.bk, kv_dim, B);
+    add_bias(v.data(), L.bv, kv_dim, B);
+    if (c.clamp_kqv > 0) {  // MPT's clip_qkv, which bounded the attention logits in training
+      const auto clamp = [&](std::vector<float>& t, size_t n) {
+        for (size_t i = 0; i < B * n; ++i) t[i] = std::clamp(t[i], -c.clamp_kqv, c.clamp_kqv);
+      };
+      clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
+    }
+    if (L.q_norm) {  // over each token's whole Q and K rows (qk_ln), or over each head
+      const size_t qn = L.q_norm.cols, kn = L.k_norm.cols;
+      norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), qn, B * q_dim / qn);
+      norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
+    }
+    const std::vector<float>& rope = rope_table(l);
+    for (const QuerySpan& sp : spans)
+      for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
+        if (c.positions == Positions::rope) {
+          const float* cs = &rope[pos * (c.n_rot / 2) * 2];
+          ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
+          ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+        }
+        kv.store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
+      }
+    attention.run(pool, l, spans, q.data(), att.data());
+    if (scores)
+      accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
+                                   attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
+                                   attention_scale(c), c.attn_softcap, scores->scratch.data(),
+                                   scores->head_acc.data(), scores->total.data()},
+                                  ops, pool);
+    matmul(L.wo, att.data(), xb.data(), B);
+    add_bias(xb.data(), L.bo, dim, B);
+    if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
+    for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+
+    norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
+    if (c.ffn == Ffn::swiglu) {
+      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+      for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+    } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
+      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+      ops.gelu(hb.data(), hb.data(), B * ffn);
+      for (size_t i = 0; i < B * ffn; ++i) hb[i] *= hb2[i];
+    } else {
+      matmul(L.w_up, xb.data(), hb.data(), B);
+      add_bias(hb.data(), L.b_up, ffn, B);
+      for (size_t b = 0; b < B; ++b) ops.gelu(&hb[b * ffn], &hb[b * ffn], ffn);
+    }
+    matmul(L.w_down, hb.data(), xb.data(), B);
+    add_bias(xb.data(), L.b_down, dim, B);
+    if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
+    for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+  }
+
+  if (!logits_out) return;
+  // Only the rows whose logits are wanted go through the final norm and the classifier.
+  const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
+  norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
+  matmul(model.output, xb.data(), logits_out, n_out);
+  if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
+}
+
+}  // namespace kiln

@@ -1,0 +1,94 @@
+#pragma once
+// The forward pass of one Model over a batch of tokens (runtime/forward.cpp says how it
+// reads). It knows nothing of how the KV cache is laid out: it asks the KvStore to hold
+// the new positions and store their keys and values, and Attention to attend over them.
+// Its buffers are allocated once here; a run allocates nothing.
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kiln/model.h"
+#include "kiln/session.h"
+#include "runtime/attention.h"
+#include "runtime/kv_store.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+// H2O's heavy-hitter scores while Session::track_attention is on: what each cached
+// position of the tracked sequence (spans[0].seq) has received, and the score pass's
+// scratch (runtime/kv_evict.h).
+struct ScoreTracking {
+  std::vector<float> total;     // [n_ctx]
+  std::vector<float> head_acc;  // [n_heads][n_ctx]
+  std::vector<float> scratch;   // [n_threads][attention_score_scratch_floats]
+  bool on() const { return !total.empty(); }
+};
+
+class Forward {
+ public:
+  // n_batch: the most rows a run takes. flash: tiled attention.
+  Forward(const Model& model, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv,
+          ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash);
+
+  // Runs B tokens, row by row where `spans` says (sequence and position; they cover rows
+  // [0, B)), and writes logits of the last (or all) of them; logits_out == nullptr only
+  // fills the KV cache. The store holds the new positions (KvStore::append) before
+  // anything is computed. With `scores`, adds the attention each position receives.
+  void run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, bool all_logits,
+           ScoreTracking* scores);
+
+  // The cos/sin table layer l rotates with ([n_ctx][n_rot/2][2]).
+  const std::vector<float>& rope_table(size_t l) const;
+  const std::vector<float>& rope_cos_sin() const { return rope_cos_sin_; }
+  // KvStateDesc::positions: 0 when keys are rotated as the model's own settings say.
+  uint64_t positions_id() const { return positions_id_; }
+
+ private:
+  struct MatmulOut {
+    const WeightView& w;
+    float* y;
+  };
+  void matmuls(const float* in, size_t B, std::initializer_list<MatmulOut> outs);
+  void matmul(const WeightView& w, const float* in, float* out, size_t B) { matmuls(in, B, {{w, out}}); }
+  void prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst);
+  void embed(int32_t token, float* out);
+  void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B);
+  void add_bias(float* y, const WeightView& bias, size_t n, size_t B);
+
+  const Model& model;
+  const ModelConfig& c;
+  const kernels::Ops& ops;
+  KvStore& kv;
+  ThreadPool& pool;
+  Attention attention;
+
+  uint64_t positions_id_ = 0;
+  std::vector<float> rope_cos_sin_;  // [n_ctx][n_rot/2][2]
+  // The model's sliding-window layers' own table when they rotate with another base
+  // (ModelConfig::rope_theta_swa), else empty. It ignores the session's RoPE overrides:
+  // those stretch the global layers' context, the local ones never see past their window.
+  std::vector<float> rope_cos_sin_swa_;  // [n_ctx][n_rot/2][2]
+  // Activations for one batch of B <= n_batch tokens, row-major by token.
+  std::vector<float> x;    // [B][dim]    residual stream
+  std::vector<float> xb;   // [B][dim]    normed input of a sublayer
+  std::vector<float> q;    // [B][n_heads * head_dim]
+  std::vector<float> k;    // [B][kv_dim]
+  std::vector<float> v;    // [B][kv_dim]
+  std::vector<float> att;  // [B][n_heads * head_dim]  attention output before Wo
+  std::vector<float> hb;   // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
+  std::vector<float> hb2;  // [B][ffn_dim] up
+
+  // Quantized weights multiply converted (8-bit) activations: each input is converted
+  // once per weight type and shared by the matmuls that read it.
+  static constexpr size_t kMaxMatmuls = 3;
+  std::vector<uint8_t> prepared;     // [kMaxMatmuls][prepared_stride], from prepared_base
+  uint8_t* prepared_base = nullptr;  // 64-byte aligned
+  size_t prepared_stride = 0;
+  std::vector<kernels::GemmArgs> tasks;  // reserved once; a matmuls() call never allocates
+};
+
+}  // namespace kiln
