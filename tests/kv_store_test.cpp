@@ -233,6 +233,29 @@ TEST(PagedKvEdits, ForkTruncateAndEvictCopySharedBlocks) {
   EXPECT_EQ(s.kv_memory().blocks_used, 3);  // 44 positions
 }
 
+// Speculative decoding on a fork: a draft of 6 tokens verified in one batch, 4 rejected
+// and truncated, then decoding goes on; sequence 0, which shares the prefix, is untouched.
+TEST(PagedKvEdits, DraftVerifiedAndRejectedOnAFork) {
+  Session s(stories(), params(KvLayout::paged));
+  s.decode(tokens(0, 60));
+  const int32_t fork = s.fork_sequence(0);
+  const auto verify = s.decode_sequence(fork, tokens(200, 6), true);
+  EXPECT_EQ(verify.size(), 6 * size_t(stories().config().n_vocab));
+  s.truncate_sequence(fork, 62);  // 2 of the draft accepted
+  const auto as_vector = [](std::span<const float> l) { return std::vector<float>(l.begin(), l.end()); };
+  const std::vector<float> got = as_vector(s.decode_sequence(fork, tokens(300, 3), true));
+  const std::vector<float> own = as_vector(s.decode(tokens(60, 3), true));
+
+  Session fresh(stories(), params(KvLayout::contiguous));
+  fresh.decode(tokens(0, 60));
+  fresh.decode(tokens(200, 2));
+  EXPECT_TRUE(got == as_vector(fresh.decode(tokens(300, 3), true)));
+  fresh.truncate(60);
+  EXPECT_TRUE(own == as_vector(fresh.decode(tokens(60, 3), true)));
+  EXPECT_EQ(s.n_past(fork), 65);
+  EXPECT_EQ(s.n_past(0), 63);
+}
+
 // --parallel N --chat: the rendered user message sampled N times.
 TEST(KvLayoutsCli, ParallelChatPrintsEachAnswer) {
   const std::string model = test::shell_quote(test::shared_path("models/stories260K.gguf"));

@@ -135,6 +135,8 @@ class Session {
   KvLayout kv_layout() const;
   int32_t fork_sequence(int32_t from = 0);
   int32_t add_sequence();
+  // decode() on any sequence: a draft's k + 1 tokens verified in one batch.
+  std::span<const float> decode_sequence(int32_t seq, std::span<const int32_t> tokens, bool all_logits = false);
   // Forgets positions >= n of a sequence (rejected draft tokens): the next token of that
   // sequence continues from n, as if the forgotten ones had never been decoded.
   void truncate_sequence(int32_t seq, int32_t n);

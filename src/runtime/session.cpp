@@ -126,10 +126,14 @@ Session::Session(const Model& model, const SessionParams& params) : impl_(std::m
 Session::~Session() = default;
 
 std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all_logits) {
+  return decode_sequence(0, tokens, all_logits);
+}
+
+std::span<const float> Session::decode_sequence(int32_t seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& s = *impl_;
   const size_t n_vocab = s.c.n_vocab;
   if (tokens.empty()) return {};
-  const int32_t n_past = s.length(0);
+  const int32_t n_past = s.length(seq);
   if (n_past + tokens.size() > size_t(s.n_ctx))
     throw Error("context is full: " + std::to_string(n_past) + " + " + std::to_string(tokens.size()) +
                 " tokens exceed the context size " + std::to_string(s.n_ctx) + " (use -c to raise it)");
@@ -143,8 +147,9 @@ std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all
     const bool last_batch = start + B == tokens.size();
     // Batches before the last only fill the cache unless every row's logits are wanted.
     float* out = all_logits ? &s.logits[start * n_vocab] : last_batch ? s.logits.data() : nullptr;
-    s.spans.assign(1, QuerySpan{0, B, s.kv->length(0), 0});
-    s.forward.run(&tokens[start], s.spans, B, out, all_logits, s.scores.on() ? &s.scores : nullptr);
+    s.spans.assign(1, QuerySpan{0, B, s.kv->length(seq), seq});
+    // The attention scores are sequence 0's (H2O runs on the one sequence of decode()).
+    s.forward.run(&tokens[start], s.spans, B, out, all_logits, seq == 0 && s.scores.on() ? &s.scores : nullptr);
   }
   return {s.logits.data(), s.logits.size()};
 }
