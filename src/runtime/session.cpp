@@ -18,7 +18,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "runtime/attention.h"
-#include "runtime/hash64.h"
+#include "util/hash64.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_evict.h"
 #include "runtime/memory_limit.h"
