@@ -22,6 +22,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/x86/gemm_tiles.h"
+#include "kernels/x86/vec_traits.h"
 
 namespace kiln::kernels::x86 {
 
@@ -33,7 +34,7 @@ struct FloatGemmShape {
   int prefill_rw, prefill_rb;  // the tile of larger batches
 };
 
-template <class V, FloatGemmShape S>
+template <VectorTraits V, FloatGemmShape S>
 class FloatGemm {
   using F = typename V::F;
   static constexpr size_t W = V::kLanes;

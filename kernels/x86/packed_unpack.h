@@ -5,12 +5,14 @@
 // 32-byte ones half of them. V has internal linkage, so every instantiation does too.
 #include <cstdint>
 
+#include "kernels/x86/vec_traits.h"
+
 namespace kiln::kernels::x86 {
 
 // Q6_K: the eight vectors of 6-bit weights (unsigned, q + 32) of one chunk, from its
 // low nibbles ql (four vectors 64 bytes apart, two sub-blocks per byte) and its high
 // bits qh (two vectors, 64 bytes apart, four 2-bit fields per byte).
-template <class V>
+template <VectorTraits V>
 inline void q6_k_weights(const uint8_t* ql, const uint8_t* qh, typename V::I w[8]) {
   using I = typename V::I;
   const I low4 = V::set1_i8(0x0f), bits45 = V::set1_i8(0x30);

@@ -21,10 +21,11 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/x86/vec_traits.h"
 
 namespace kiln::kernels::x86 {
 
-template <class V, size_t MaxRows>
+template <VectorTraits V, size_t MaxRows>
 class PvKernel {
   using F = typename V::F;
   static constexpr size_t W = V::kLanes;

@@ -10,10 +10,13 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/tables.h"
+#include "kernels/x86/packed_entry.h"
+#include "kernels/x86/vec_traits.h"
 
 namespace kiln::kernels::x86 {
 
-template <class V>
+template <VectorTraits V>
 struct VectorOps {
   using F = typename V::F;
   static constexpr size_t W = V::kLanes;
@@ -181,24 +184,23 @@ struct VectorOps {
   }
 };
 
-// What an x86 table takes from its ISA's own files rather than from VectorOps.
+// What an x86 table takes from its ISA's other files.
 struct IsaEntries {
   Isa isa;
-  bool (*gemm_supports)(TensorType w_type);
   void (*gemm)(const GemmArgs& args);
-  size_t (*packed_bytes)(TensorType type, size_t rows, size_t k);
-  size_t (*prepared_bytes)(TensorType w_type, size_t k, size_t n_batch);
-  void (*prepare)(TensorType w_type, const float* x, size_t ldx, size_t k, size_t b0, size_t b1, void* out);
   void (*pv)(const PvArgs& args);
 };
 
 // Every entry by name, so -Wmissing-field-initializers names any Ops member left out.
-template <class V>
+// Weight types are those of the scalar gemm, which the x86 gemms fall back on for the
+// types they have no kernels for.
+template <VectorTraits V>
 constexpr Ops vector_table(const IsaEntries& e) {
   using K = VectorOps<V>;
+  using P = PackedActivations<V>;
   return Ops{
       .isa = e.isa,
-      .gemm_supports = e.gemm_supports,
+      .gemm_supports = [](TensorType t) { return scalar_ops().gemm_supports(t); },
       .gemm = e.gemm,
       .dot = K::dot,
       .axpy = K::axpy,
@@ -214,9 +216,9 @@ constexpr Ops vector_table(const IsaEntries& e) {
       .f32_to_bf16 = K::template to_halves<V::to_bf16>,
       .layernorm = K::layernorm,
       .gelu = K::gelu,
-      .packed_bytes = e.packed_bytes,
-      .prepared_bytes = e.prepared_bytes,
-      .prepare = e.prepare,
+      .packed_bytes = P::packed_bytes,
+      .prepared_bytes = P::prepared_bytes,
+      .prepare = P::prepare,
       .exp_sum = K::exp_sum,
       .pv = e.pv,
   };

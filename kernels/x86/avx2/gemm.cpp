@@ -12,17 +12,11 @@ namespace {
 
 // 4 x 3 = 12 accumulators + 3 activations + 1 weight fill the 16 registers; no separate
 // schedule for small batches.
-using FloatGemm = x86::FloatGemm<Vec, x86::FloatGemmShape{
-                                          .max_rb = 3,
-                                          .small_batch = 0,
-                                          .x_budget = 256 * 1024,
-                                          .prefill_rw = 4,
-                                          .prefill_rb = 3,
-                                      }>;
+constexpr x86::FloatGemmShape kShape{
+    .max_rb = 3, .small_batch = 0, .x_budget = 256 * 1024, .prefill_rw = 4, .prefill_rb = 3};
+using FloatGemm = x86::FloatGemm<Vec, kShape>;
 
 }  // namespace
-
-bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;

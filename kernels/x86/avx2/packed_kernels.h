@@ -39,6 +39,7 @@
 #include "kernels/packed.h"
 #include "kernels/x86/avx2/gemm_packed.h"
 #include "kernels/x86/avx2/vec.h"
+#include "kernels/x86/packed_entry.h"
 #include "kernels/x86/packed_unpack.h"
 
 #ifndef KILN_PACKED_VNNI
@@ -550,20 +551,7 @@ void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   }
 }
 
-void gemm_packed_impl(const GemmArgs& a) {
-  if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  if (a.x_prepared) return run_packed(a, a.x_prepared, 0, a.n_batch);
-  // No prepared copy: quantize as many activation rows as fit onto the stack at a time.
-  alignas(64) uint8_t buf[kPreparedStackBytes];
-  const size_t stride = act_row_bytes(act_format(a.w_type), a.k);
-  if (stride == 0 || stride > sizeof(buf)) return;  // packed_bytes() refused such weights
-  const size_t rows = sizeof(buf) / stride;
-  for (size_t b0 = 0; b0 < a.n_batch; b0 += rows) {
-    const size_t b1 = b0 + rows < a.n_batch ? b0 + rows : a.n_batch;
-    prepare(a.w_type, a.x + b0 * a.ldx, a.ldx, a.k, 0, b1 - b0, buf);
-    run_packed(a, buf, b0, b1);
-  }
-}
+void gemm_packed_impl(const GemmArgs& a) { x86::PackedActivations<Vec>::gemm<run_packed>(a); }
 
 }  // namespace
 }  // namespace kiln::kernels::avx2

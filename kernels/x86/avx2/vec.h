@@ -1,9 +1,8 @@
 #pragma once
-// The AVX2 vector traits the shared x86 kernel bodies (kernels/x86/*.h) are written
-// over: 8 float lanes, and the few operations whose AVX2 form is not the AVX-512 one.
-// Arithmetic (+ - * /) is written with the vector operators themselves, which is exactly
-// how the intrinsics are defined. Tails are masked loads and stores with zeros in the
-// lanes past the end, so a tail element sees the same instructions as the others.
+// The AVX2 vector traits (interface: kernels/x86/vec_traits.h): 8 float lanes in 16
+// registers. Float tails are maskload/maskstore (zeros in the lanes past the end, so a
+// tail element sees the same instructions as the others); AVX2 has no 16-bit masked
+// loads, so half tails go through a small buffer.
 //
 // Include only from files compiled with the AVX2 flags. Everything is in an anonymous
 // namespace: no out-of-line AVX2 copy of these can be picked by the linker elsewhere.
@@ -20,7 +19,6 @@ struct Vec {
   using H = __m128i;  // 8 halves (fp16 or bf16)
   static constexpr size_t kLanes = 8;
 
-  // Integer vectors (bitwise & | ^ are the vector operators).
   using I = __m256i;
   static I load_i(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
   static I set1_i8(char c) { return _mm256_set1_epi8(c); }
@@ -40,10 +38,8 @@ struct Vec {
   static __m256i mask(size_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  // The first n (<= 8) floats at p, the other lanes 0; and back.
   static F load_tail(const float* p, size_t n) { return _mm256_maskload_ps(p, mask(n)); }
   static void store_tail(float* p, F v, size_t n) { _mm256_maskstore_ps(p, mask(n), v); }
-  // v with lanes [n, 8) set to +0.
   static F keep(F v, size_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(mask(n))); }
 
   // Fixed tree: 8 -> 4 -> 2 -> 1 lanes, identical for every caller.
@@ -52,18 +48,20 @@ struct Vec {
     const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
   }
-  // hsum of each of v[0, N) into out[0, N).
   template <int N>
   static void hsums(const F* v, float* out) {
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) out[i] = hsum(v[i]);
   }
+  static float hmax(F v) {
+    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+  }
   // The largest of v's lanes and the n (< 8) floats at tail (those by comparison, so a
   // NaN among them is passed over as the scalar reference does).
   static float max_with_tail(F v, const float* tail, size_t n) {
-    const __m128 s4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 s2 = _mm_max_ps(s4, _mm_movehl_ps(s4, s4));
-    float m = _mm_cvtss_f32(_mm_max_ss(s2, _mm_movehdup_ps(s2)));
+    float m = hmax(v);
     for (size_t i = 0; i < n; ++i) m = tail[i] > m ? tail[i] : m;
     return m;
   }
@@ -88,8 +86,6 @@ struct Vec {
     return _mm256_blendv_ps(e, set1(__builtin_inff()), _mm256_cmp_ps(x, set1(kHi), _CMP_GT_OQ));
   }
 
-  // Adjacent pairs (x0, x1) by (c, s) from cs = (c, s, ...): X*C -/+ swap(X)*S on
-  // even/odd lanes is exactly fmaddsub.
   static F rotate_pairs(F x, F cs) {
     return _mm256_fmaddsub_ps(x, _mm256_moveldup_ps(cs), _mm256_permute_ps(x, 0xB1) * _mm256_movehdup_ps(cs));
   }
@@ -100,11 +96,9 @@ struct Vec {
     *s = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
   }
 
-  // 8 signed bytes at p as floats (exact).
   static F i8_to_f32(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
-  // 8 bytes at p as floats of their low nibbles - 8 and of their high nibbles - 8 (exact).
   static void nibbles_to_f32(const uint8_t* p, F* lo, F* hi) {
     const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     const __m256i eight = _mm256_set1_epi32(8);
@@ -141,6 +135,70 @@ struct Vec {
     const __m256i v = _mm256_blendv_epi8(rounded, quiet, nan);
     // packus works per 128-bit lane; values fit in 16 bits, so it only narrows.
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+  }
+
+  // ---- 8-bit activations (layouts: kernels/packed.h)
+
+  static int32_t hsum_epi32(__m256i v) {
+    const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+  }
+  static F abs_ps(F v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+  // 32 int32 (each in -127..127) to 32 bytes in order: the packs work per 128-bit lane,
+  // so the dwords come out lane-interleaved and one permute puts them back.
+  static __m256i narrow32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+
+  // n_blocks blocks of 32 as ggml's Q8_0 activations (fp16 scale, q rounded half away from
+  // zero, s = sum(q)); the same arithmetic as the AVX-512 version, so both give the same bytes.
+  static void quantize_q8_32(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* s) {
+    const __m256 half = _mm256_set1_ps(0.5f), sign_bit = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n_blocks; ++b) {
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+      const float amax = hmax(_mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3]))));
+      const float scale = amax / 127.0f;
+      d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+      // Divided by the unrounded scale, so |q| <= 127 (the vpmaddubsw bounds rely on it).
+      const __m256 inv = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+      __m256i qi[4];
+      for (int i = 0; i < 4; ++i) {
+        const __m256 t = _mm256_mul_ps(v[i], inv);
+        qi[i] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign_bit), half)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), narrow32(qi[0], qi[1], qi[2], qi[3]));
+      s[b] = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3])));
+    }
+  }
+
+  // One scale per 256 elements (as ggml's Q8_K): K-quant sub-block scales are integers, so
+  // a super-block's sum stays in int32 until its single float multiply.
+  static void prepare_q8_256(const float* x, size_t k, void* out_row) {
+    auto* q = static_cast<int8_t*>(out_row);
+    auto* d = reinterpret_cast<float*>(q + k);
+    auto* s16 = reinterpret_cast<int16_t*>(d + k / 256);
+    auto* s32 = s16 + k / 16;
+    for (size_t sb = 0; sb < k / 256; ++sb) {
+      const float* xs = x + 256 * sb;
+      __m256 m = _mm256_setzero_ps();
+      for (int i = 0; i < 32; ++i) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(xs + 8 * i)));
+      const float amax = hmax(m);
+      d[sb] = amax / 127.0f;
+      const __m256 inv = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+      for (int c = 0; c < 8; ++c) {  // 32 elements: two sums of 16
+        __m256i qi[4];
+        for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xs + 32 * c + 8 * i), inv));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 256 * sb + 32 * c), narrow32(qi[0], qi[1], qi[2], qi[3]));
+        const int32_t lo = hsum_epi32(_mm256_add_epi32(qi[0], qi[1])), hi = hsum_epi32(_mm256_add_epi32(qi[2], qi[3]));
+        s16[16 * sb + 2 * c] = int16_t(lo);
+        s16[16 * sb + 2 * c + 1] = int16_t(hi);
+        s32[8 * sb + c] = int16_t(lo + hi);
+      }
+    }
   }
 };
 

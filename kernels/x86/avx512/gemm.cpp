@@ -8,8 +8,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <climits>
-
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "kernels/tables.h"
@@ -23,13 +21,10 @@ namespace {
 // Prefill tile: 24 accumulators + 4 activations + 1 weight of the 32 registers. Measured
 // on Zen 5 against 4x6, 5x5, 3x8, 8x3, 7x3, 6x3: more activation rows per tile lose
 // (they stream from L2), more weight rows gain nothing.
-using FloatGemm = x86::FloatGemm<Vec, x86::FloatGemmShape{
-                                          .max_rb = 4,
-                                          .small_batch = 3,
-                                          .x_budget = 512 * 1024,
-                                          .prefill_rw = 6,
-                                          .prefill_rb = 4,
-                                      }>;
+// Batches of up to 3 rows are bandwidth bound like decode: one pass of 8-row tiles.
+constexpr x86::FloatGemmShape kShape{
+    .max_rb = 4, .small_batch = 3, .x_budget = 512 * 1024, .prefill_rw = 6, .prefill_rb = 4};
+using FloatGemm = x86::FloatGemm<Vec, kShape>;
 
 // Quantized decode: one weight row at a time, each 32-element block turned into two
 // vectors of floats (q * d) and multiplied into the activations; even and odd blocks
@@ -84,30 +79,6 @@ void matvec_quant(const GemmArgs& a) {
 constexpr size_t kMaxQuantK = 16384;
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-void quantize_activations(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* q_sum) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    // As ggml's Q8_0 activations: the scale is kept in fp16 and q rounds half away from
-    // zero, so products match what llama.cpp computes for the same file.
-    const float scale = amax / 127.0f;
-    d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
-    const __m512 inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-    const auto round_away = [&](__m512 v) {
-      const __m512 t = _mm512_mul_ps(v, inv);
-      const __m512 h = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign_bit),
-                                                           _mm512_castps_si512(half)));
-      return _mm512_cvttps_epi32(_mm512_add_ps(t, h));
-    };
-    const __m512i i0 = round_away(v0), i1 = round_away(v1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
-    q_sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-  }
-}
 
 inline float block_scale(const uint8_t* blk) {
   uint16_t dh;
@@ -285,7 +256,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
   const size_t w_row_bytes = a.w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
-    for (size_t b = 0; b < nb; ++b) quantize_activations(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+    for (size_t b = 0; b < nb; ++b) Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
     // Activation rows b..b+3 as row_dot takes them, and one output from row b alone.
     struct Four {
       const int8_t* q[4];
@@ -342,8 +313,6 @@ void gemm_quant_vnni(const GemmArgs& a) {
 }  // namespace
 
 // Quantized weights run on the scalar reference until they get SIMD paths here.
-bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
-
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
   if (a.w_packed) return gemm_packed(a);

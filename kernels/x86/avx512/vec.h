@@ -1,7 +1,7 @@
 #pragma once
-// The AVX-512 vector traits the shared x86 kernel bodies (kernels/x86/*.h) are written
-// over: 16 float lanes; tails are masked loads and stores, which never touch memory
-// past the end (no fault, no uninitialised lanes).
+// The AVX-512 vector traits (interface: kernels/x86/vec_traits.h): 16 float lanes in 32
+// registers; tails are masked loads and stores, which never touch memory past the end
+// (no fault, no uninitialised lanes).
 //
 // Include only from files compiled with the AVX-512 flags. Everything is in an anonymous
 // namespace: no out-of-line AVX-512 copy of these can be picked by the linker elsewhere.
@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -25,7 +26,6 @@ struct Vec {
   // Lanes [0, n) for n <= 16.
   static __mmask16 mask(size_t n) { return (__mmask16)((1u << n) - 1); }
 
-  // Integer vectors (bitwise & | ^ are the vector operators).
   using I = __m512i;
   static I load_i(const void* p) { return _mm512_loadu_si512(p); }
   static I set1_i8(char c) { return _mm512_set1_epi8(c); }
@@ -118,8 +118,6 @@ struct Vec {
     return _mm512_scalef_ps(p, n);
   }
 
-  // Adjacent pairs (x0, x1) by (c, s) from cs = (c, s, ...): X*C -/+ swap(X)*S on
-  // even/odd lanes is exactly fmaddsub.
   static F rotate_pairs(F x, F cs) {
     return _mm512_fmaddsub_ps(x, _mm512_moveldup_ps(cs), _mm512_permute_ps(x, 0xB1) * _mm512_movehdup_ps(cs));
   }
@@ -130,11 +128,9 @@ struct Vec {
     *s = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
   }
 
-  // 16 signed bytes at p as floats (exact).
   static F i8_to_f32(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
-  // 16 bytes at p as floats of their low nibbles - 8 and of their high nibbles - 8 (exact).
   static void nibbles_to_f32(const uint8_t* p, F* lo, F* hi) {
     const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512i eight = _mm512_set1_epi32(8);
@@ -159,6 +155,55 @@ struct Vec {
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
                                                   _mm512_set1_epi32(0x7f800000));
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+  }
+
+  // ---- 8-bit activations (layouts: kernels/packed.h)
+
+  // n_blocks blocks of 32 as ggml's Q8_0 activations (fp16 scale, q rounded half away from
+  // zero, s = sum(q)), so products match what llama.cpp computes for the same file.
+  static void quantize_q8_32(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* s) {
+    const __m512 half = _mm512_set1_ps(0.5f);
+    const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
+    for (size_t b = 0; b < n_blocks; ++b) {
+      const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float scale = amax / 127.0f;
+      d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+      const __m512 inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+      const auto round_away = [&](__m512 v) {
+        const __m512 t = _mm512_mul_ps(v, inv);
+        const __m512 h = _mm512_castsi512_ps(
+            _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign_bit), _mm512_castps_si512(half)));
+        return _mm512_cvttps_epi32(_mm512_add_ps(t, h));
+      };
+      const __m512i i0 = round_away(v0), i1 = round_away(v1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
+      s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+  }
+
+  // One scale per 256 elements (as ggml's Q8_K): K-quant sub-block scales are integers, so
+  // a super-block's sum stays in int32 until its single float multiply.
+  static void prepare_q8_256(const float* x, size_t k, void* out_row) {
+    auto* q = static_cast<int8_t*>(out_row);
+    auto* d = reinterpret_cast<float*>(q + k);
+    auto* s16 = reinterpret_cast<int16_t*>(d + k / 256);
+    auto* s32 = s16 + k / 16;
+    for (size_t sb = 0; sb < k / 256; ++sb) {
+      const float* xs = x + 256 * sb;
+      __m512 m = _mm512_setzero_ps();
+      for (int i = 0; i < 16; ++i) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xs + 16 * i)));
+      const float amax = _mm512_reduce_max_ps(m);
+      d[sb] = amax / 127.0f;
+      const __m512 inv = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+      for (int i = 0; i < 16; ++i) {
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), inv));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 256 * sb + 16 * i), _mm512_cvtsepi32_epi8(qi));
+        s16[16 * sb + i] = (int16_t)_mm512_reduce_add_epi32(qi);
+      }
+      for (int j = 0; j < 8; ++j) s32[8 * sb + j] = int16_t(s16[16 * sb + 2 * j] + s16[16 * sb + 2 * j + 1]);
+    }
   }
 };
 
