@@ -214,27 +214,33 @@ struct SymmetricFit {
   bool beats(const SymmetricFit& other) const { return sums.l2 > 0 && sums.lx * sums.lx > other.energy * sums.l2; }
 };
 
-// The sub-block's signed largest value, or 0 when all of it is below kZeroGroup. The
-// symmetric grids put that value on the -half end, where the range is one level longer.
-float symmetric_anchor(int n, const float* x) {
-  const float largest = signed_largest(n, x);
-  return std::fabs(largest) < kZeroGroup ? 0.0f : largest;
+// The starting grid of both symmetric fits maps the sub-block's signed largest value (its
+// anchor) to exactly -half, the end of the range that is one level longer. Returns the
+// anchor and the grid's sums, or nothing for an all-zero sub-block (largest magnitude
+// below kZeroGroup), whose q are then all 0 (not `half`), as in ggml.
+struct SymmetricStart {
+  float anchor;
+  SymmetricSums sums;
+};
+std::optional<SymmetricStart> start_symmetric(int n, int half, const float* x, int* levels, int8_t* q) {
+  const float anchor = signed_largest(n, x);
+  if (std::fabs(anchor) < kZeroGroup) {
+    std::fill_n(q, n, int8_t{0});
+    return std::nullopt;
+  }
+  return SymmetricStart{anchor, round_symmetric(n, half, x, -half / anchor, levels)};
 }
 
-// Q6_K: fits x[i] ~ scale * (q[i] - half). Starts from the grid that maps the anchor to
-// exactly -half, then tries 18 grids that map it to -(half +- 0.1 .. 0.9). Returns the
-// scale; an all-zero sub-block gives 0 with every q = 0 (not `half`), as in ggml.
+// Q6_K: fits x[i] ~ scale * (q[i] - half). After the starting grid, tries 18 grids that
+// map the anchor to -(half +- 0.1 .. 0.9). Returns the scale (0 for an all-zero sub-block).
 float fit_symmetric(int n, int half, const float* x, int8_t* q) {
-  const float anchor = symmetric_anchor(n, x);
-  if (anchor == 0.0f) {
-    std::fill_n(q, n, int8_t{0});
-    return 0.0f;
-  }
   int levels[kMaxSubBlock];
-  const SymmetricFit start(round_symmetric(n, half, x, -half / anchor, levels));
-  const SymmetricFit best = keep_best_grid(n, 18, start, levels, [&](int g, const SymmetricFit&, int* trial) {
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  if (!start) return 0.0f;
+  const SymmetricFit first(start->sums);
+  const SymmetricFit best = keep_best_grid(n, 18, first, levels, [&](int g, const SymmetricFit&, int* trial) {
     const int tweak = g < 9 ? g - 9 : g - 8;  // -9..-1, 1..9
-    const float inv_scale = -(half + 0.1f * tweak) / anchor;
+    const float inv_scale = -(half + 0.1f * tweak) / start->anchor;
     return std::optional<SymmetricFit>{SymmetricFit(round_symmetric(n, half, x, inv_scale, trial))};
   });
   for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(levels[i] + half);
@@ -246,13 +252,10 @@ float fit_symmetric(int n, int half, const float* x, int8_t* q) {
 // kept if that raises the explained energy; at most five sweeps, fewer once a sweep
 // changes nothing. Returns the final least-squares scale (0 for an all-zero sub-block).
 float fit_symmetric_by_descent(int n, int half, const float* x, int8_t* q) {
-  const float anchor = symmetric_anchor(n, x);
-  if (anchor == 0.0f) {
-    std::fill_n(q, n, int8_t{0});
-    return 0.0f;
-  }
   int levels[kMaxSubBlock];
-  SymmetricSums sums = round_symmetric(n, half, x, -half / anchor, levels);
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  if (!start) return 0.0f;
+  SymmetricSums sums = start->sums;
   for (int sweep = 0; sweep < 5; ++sweep) {
     bool changed = false;
     for (int i = 0; i < n; ++i) {
