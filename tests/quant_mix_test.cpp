@@ -1,8 +1,8 @@
 // kiln quantize's presets (src/quantize/):
 //  * the per-tensor type rules on hand-made tensor lists, for the cases the llama.cpp
 //    tables below cannot reach (70B models, refusals, tensor order);
-//  * the real binary on a generated 16-layer model and on stories260K for every preset,
-//    against tables of what llama-quantize wrote for the same inputs: each tensor's type
+//  * the real binary on a generated 16-layer model of each family and on stories260K for
+//    every preset, against tables of what llama-quantize wrote for the same inputs: each tensor's type
 //    and the SHA-256 of its bytes (tests/data/quant/README.md);
 //  * command-line behaviour: names, progress output, errors, threads.
 #include <gtest/gtest.h>
@@ -165,7 +165,7 @@ TEST(QuantizeMix, GroupedQueryAttentionDecidesQ2KValueMatrices) {
 }
 
 // llama.cpp calls an 80-layer llama with grouped-query attention a 70B and gives its
-// (8x smaller) value matrices Q5_K instead of Q3_K/Q4_K; an 80-layer model without GQA
+// (8x smaller) value matrices Q5_K instead of Q3_K/Q4_K; an 80-layer llama without GQA
 // (LLaMA-1 65B) keeps them.
 TEST(QuantizeMix, SeventyBModelsGetQ5KValueMatrices) {
   const auto tensors = llama_tensors(80, 256, 256, 256, false);
@@ -175,6 +175,11 @@ TEST(QuantizeMix, SeventyBModelsGetQ5KValueMatrices) {
     EXPECT_EQ(layers_with(gqa, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
     const auto mha = by_name(tensors, choose_types(p, llama_facts(80, 8, 8), tensors));
     EXPECT_LT(layers_with(mha, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
+    // Qwen2 calls every 80-layer model 72B; other families have no such size.
+    const auto qwen2 = by_name(tensors, choose_types(p, {"qwen2", 80, 8, 8, 0}, tensors));
+    EXPECT_EQ(layers_with(qwen2, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
+    const auto qwen3 = by_name(tensors, choose_types(p, {"qwen3", 80, 8, 1, 0}, tensors));
+    EXPECT_LT(layers_with(qwen3, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
   }
 }
 
@@ -231,7 +236,7 @@ TEST(QuantizeMix, RefusesWhatLlamaQuantizeRefuses) {
     EXPECT_NE(std::string(e.what()).find("Q8_0"), std::string::npos) << e.what();
   }
   const auto tensors = llama_tensors(2, 256, 256, 256, false);
-  EXPECT_THROW(choose_types(q4km, {"gemma", 2, 4, 4, 0}, tensors), Error);
+  EXPECT_THROW(choose_types(q4km, {"falcon", 2, 4, 4, 0}, tensors), Error);  // not a family kiln runs
   EXPECT_THROW(choose_types(q4km, {"llama", 2, 4, 4, 8}, tensors), Error);  // experts
   // The legacy presets keep kiln's own rule and never refuse.
   EXPECT_NO_THROW(choose_types(*find_preset("Q8_0"), {"gemma", 2, 4, 4, 8}, odd));
@@ -395,6 +400,54 @@ INSTANTIATE_TEST_SUITE_P(Presets, Stories260K,
                          testing::Values("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S",
                                          "Q5_K_M", "Q6_K"),
                          preset_test_name);
+
+// One model per family kiln runs besides llama, for llama-quantize-<family>.tsv: the
+// family's tiny shape (src/model/generate_model.cpp) widened to dim 256 and 16 layers so
+// that every position rule fires, F16, seed 3, stories260K's vocabulary. Their heads cover
+// GQA 8, 4, 2 and 1 (Q2_K's value rule), fused QKV (phi3, mpt), tied and untied outputs,
+// head sizes other than dim / heads, and gemma2's FFN of 384 takes ffn_down's fallbacks.
+struct Family {
+  const char* arch;
+  const char* tiny_shape;
+  uint32_t n_heads, n_kv_heads, ffn_dim;
+  bool tied;
+};
+constexpr Family kFamilies[] = {
+    {"qwen2", "qwen2-tiny", 4, 1, 256, false},  {"qwen3", "qwen3-tiny", 8, 4, 256, true},
+    {"gemma", "gemma-tiny", 8, 1, 256, true},   {"gemma2", "gemma2-tiny", 8, 2, 384, true},
+    {"gemma3", "gemma3-tiny", 8, 4, 256, true}, {"phi3", "phi3-tiny", 4, 4, 256, false},
+    {"mpt", "mpt-tiny", 4, 4, 256, true},
+};
+
+Input family_model(const Family& f) {
+  gen::GenerateOptions o;
+  o.shape = *gen::find_shape(f.tiny_shape);
+  o.shape.name = std::string("quant-") + f.arch;
+  o.shape.dim = 256;
+  o.shape.n_layers = 16;
+  o.shape.n_heads = f.n_heads;
+  o.shape.n_kv_heads = f.n_kv_heads;
+  o.shape.ffn_dim = f.ffn_dim;
+  o.type = TensorType::F16;
+  o.seed = 3;
+  o.tie_output = f.tied;
+  auto vocab = gguf::File::open(shared_path("models/stories260K.gguf"));
+  const std::vector<uint8_t> bytes = gen::build_model(o, *vocab).to_bytes();
+  Input in{temp_dir() + "/quant-" + f.arch + ".gguf", sha256_hex(bytes.data(), bytes.size())};
+  write_file(in.path, std::string(bytes.begin(), bytes.end()));
+  return in;
+}
+
+class Families : public testing::TestWithParam<Family> {};
+TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryKPreset) {
+  const Family& f = GetParam();
+  const Table table = read_table(std::string("llama-quantize-") + f.arch + ".tsv");
+  ASSERT_EQ(table.presets.size(), 9u);
+  const Input model = family_model(f);
+  for (const std::string& preset : table.presets) expect_like_llama_quantize(model, table, preset);
+}
+INSTANTIATE_TEST_SUITE_P(Presets, Families, testing::ValuesIn(kFamilies),
+                         [](const testing::TestParamInfo<Family>& info) { return std::string(info.param.arch); });
 
 // ---------------------------------------------------------------- command line
 
