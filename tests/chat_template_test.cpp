@@ -578,6 +578,14 @@ TEST(JinjaErrors, HostileTemplatesAreRefused) {
   EXPECT_NE(error_of("{{ '%33333333333333333333d' % 1 }}").find("format width too large"), std::string::npos);
   EXPECT_NE(error_of("{{ '%.33333333333333333333f' % 1.5 }}").find("format width too large"), std::string::npos);
   EXPECT_NE(error_of("{{ '{:33333333333333333333}'.format(1) }}").find("invalid format specifier"), std::string::npos);
+  // Floats beyond int64 given to an integer conversion, and indices with more digits than
+  // int64 holds: a TemplateError or a result, never undefined behaviour or a stray
+  // std::out_of_range.
+  EXPECT_NE(error_of("{{ '%d' % 1e300 }}").find("too large for an integer"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%i' % -1e19 }}").find("too large for an integer"), std::string::npos);
+  EXPECT_EQ(R("{{ '%d' % -2.5 }}"), "-2");
+  EXPECT_EQ(R("{{ [[1, 2]]|map(attribute='99999999999999999999')|list|length }}"), "1");
+  EXPECT_NO_THROW(error_of("{{ '{0[99999999999999999999]}'.format([1]) }}"));
 }
 
 // ---- kiln template ----

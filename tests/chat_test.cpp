@@ -174,6 +174,17 @@ TEST(Chat, StateRestoresOntoTheSameTokens) {
   bad["segments"].push_back({3, "x"});
   EXPECT_THROW(b.chat.restore(bad), Error);
   EXPECT_THROW(b.chat.restore(ordered_json::parse(R"({"system": 3})")), Error);
+  // A segment size is range-checked before it is converted (1e92 does not fit an integer).
+  for (const char* size : {"1e92", "-1e92", "2.5", "18446744073709551615"}) {
+    ordered_json huge = a.chat.state();
+    huge["segments"][0][0] = ordered_json::parse(size);
+    try {
+      b.chat.restore(huge);
+      ADD_FAILURE() << size << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a segment's size must be an integer"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // stories260K with its metadata naming `eot` as the end-of-turn token.

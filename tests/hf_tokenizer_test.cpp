@@ -187,8 +187,23 @@ TEST(HfTokenizer, RefusesWhatItCannotReproduce) {
   EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}}})").find("model.vocab maps tokens to ids"),
             std::string::npos);
   EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"id": "one", "content": "b"}]})")
-                .find("unexpected tokenizer.json content"),
+                .find("added_tokens id must be an integer in [0, 16777215], got \"one\""),
             std::string::npos);
+  // Numbers are range-checked before conversion (fuzz_tokenizer_json found 1.3e92 read
+  // with get<long>(): undefined behaviour), and the error names the field.
+  const std::string added = R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"id": )";
+  EXPECT_NE(error_for(added + R"(1.33333e+92, "content": "b"}]})").find("added_tokens id must be an integer in [0, 16777215]"),
+            std::string::npos);
+  EXPECT_NE(error_for(added + R"(-1e300, "content": "b"}]})").find("added_tokens id must be"), std::string::npos);
+  EXPECT_NE(error_for(added + R"(1.5, "content": "b"}]})").find("added_tokens id must be"), std::string::npos);
+  EXPECT_NE(error_for(added + R"(18446744073709551615, "content": "b"}]})").find("added_tokens id must be"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": 18446744073709551615}}})").find("model.vocab id"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model": {"type": "BPE", "vocab": {"a": 1e92}}})").find("model.vocab"), std::string::npos);
+  // An integral float is that integer, as JSON does not tell 1 from 1.0.
+  test::write_file(dir + "/tokenizer.json", added + R"(1.0, "content": "b"}]})");
+  EXPECT_EQ(Tokenizer::from_hf_json(dir + "/tokenizer.json")->vocab().tokens.at(1), "b");
   // A minimal valid file: merges apply, in rank order.
   const std::string path = dir + "/tokenizer.json";
   test::write_file(path, R"({"model": {"type": "BPE", )" + vocab + "}}");

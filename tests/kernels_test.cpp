@@ -96,6 +96,23 @@ TEST(Dispatch, TablesAreConsistent) {
   }
 }
 
+// Tables are filled by member name: one that leaves a member out compiles (with a
+// warning) to a null pointer, which this catches before a caller jumps to it.
+TEST(Dispatch, EveryTableFillsEveryEntry) {
+  for (Isa isa : available_isas()) {
+    const Ops& t = *ops_for(isa);
+    const void* entries[] = {
+        (const void*)t.gemm_supports, (const void*)t.gemm,           (const void*)t.dot,
+        (const void*)t.axpy,          (const void*)t.scale,          (const void*)t.add,
+        (const void*)t.rmsnorm,       (const void*)t.softmax,        (const void*)t.swiglu,
+        (const void*)t.rope,          (const void*)t.fp16_to_f32,    (const void*)t.f32_to_fp16,
+        (const void*)t.bf16_to_f32,   (const void*)t.f32_to_bf16,    (const void*)t.layernorm,
+        (const void*)t.gelu,          (const void*)t.packed_bytes,   (const void*)t.prepared_bytes,
+        (const void*)t.prepare,       (const void*)t.exp_sum,        (const void*)t.pv};
+    for (size_t i = 0; i < std::size(entries); ++i) EXPECT_NE(entries[i], nullptr) << isa_name(isa) << " entry " << i;
+  }
+}
+
 // Disabled: runs only in the child processes started by the test below, under KILN_ISA.
 TEST(Dispatch, DISABLED_ChildForcedIsa) {
   const char* forced = std::getenv("KILN_ISA");

@@ -1,31 +1,20 @@
-// kiln quantize's presets (src/quantize/):
-//  * the per-tensor type rules on hand-made tensor lists, for the cases the llama.cpp
-//    tables below cannot reach (70B models, refusals, tensor order);
-//  * the real binary on a generated 16-layer model and on stories260K for every preset,
-//    against tables of what llama-quantize wrote for the same inputs: each tensor's type
-//    and the SHA-256 of its bytes (tests/data/quant/README.md);
-//  * command-line behaviour: names, progress output, errors, threads.
+// kiln quantize's presets and per-tensor type rules (src/quantize/mix.h) on hand-made
+// tensor lists, for the cases the llama-quantize tables of quant_llama_tables_test.cpp
+// cannot reach (70B models, refusals, tensor order, every GQA ratio).
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cstdio>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kiln/error.h"
-#include "kiln/gguf.h"
-#include "model/generate_model.h"
 #include "quantize/mix.h"
-#include "sha256.h"
-#include "test_util.h"
 
 namespace kiln::quantize {
 namespace {
-
-using namespace kiln::test;
 
 // ---------------------------------------------------------------- presets
 
@@ -165,7 +154,7 @@ TEST(QuantizeMix, GroupedQueryAttentionDecidesQ2KValueMatrices) {
 }
 
 // llama.cpp calls an 80-layer llama with grouped-query attention a 70B and gives its
-// (8x smaller) value matrices Q5_K instead of Q3_K/Q4_K; an 80-layer model without GQA
+// (8x smaller) value matrices Q5_K instead of Q3_K/Q4_K; an 80-layer llama without GQA
 // (LLaMA-1 65B) keeps them.
 TEST(QuantizeMix, SeventyBModelsGetQ5KValueMatrices) {
   const auto tensors = llama_tensors(80, 256, 256, 256, false);
@@ -175,6 +164,11 @@ TEST(QuantizeMix, SeventyBModelsGetQ5KValueMatrices) {
     EXPECT_EQ(layers_with(gqa, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
     const auto mha = by_name(tensors, choose_types(p, llama_facts(80, 8, 8), tensors));
     EXPECT_LT(layers_with(mha, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
+    // Qwen2 calls every 80-layer model 72B; other families have no such size.
+    const auto qwen2 = by_name(tensors, choose_types(p, {"qwen2", 80, 8, 8, 0}, tensors));
+    EXPECT_EQ(layers_with(qwen2, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
+    const auto qwen3 = by_name(tensors, choose_types(p, {"qwen3", 80, 8, 1, 0}, tensors));
+    EXPECT_LT(layers_with(qwen3, ".attn_v.weight", TensorType::Q5_K).size(), 80u) << preset;
   }
 }
 
@@ -231,7 +225,7 @@ TEST(QuantizeMix, RefusesWhatLlamaQuantizeRefuses) {
     EXPECT_NE(std::string(e.what()).find("Q8_0"), std::string::npos) << e.what();
   }
   const auto tensors = llama_tensors(2, 256, 256, 256, false);
-  EXPECT_THROW(choose_types(q4km, {"gemma", 2, 4, 4, 0}, tensors), Error);
+  EXPECT_THROW(choose_types(q4km, {"falcon", 2, 4, 4, 0}, tensors), Error);  // not a family kiln runs
   EXPECT_THROW(choose_types(q4km, {"llama", 2, 4, 4, 8}, tensors), Error);  // experts
   // The legacy presets keep kiln's own rule and never refuse.
   EXPECT_NO_THROW(choose_types(*find_preset("Q8_0"), {"gemma", 2, 4, 4, 8}, odd));
@@ -253,215 +247,6 @@ TEST(QuantizeMix, LegacyPresetsQuantizeEveryMatrixThatFits) {
       EXPECT_EQ(c[i].type, t.name == "output.weight" ? TensorType::Q8_0 : TensorType::Q4_0) << t.name;
     }
   }
-}
-
-// ---------------------------------------------------------------- against llama-quantize
-
-// tests/data/quant/llama-quantize-*.tsv: per preset, each tensor's type and SHA-256 prefix.
-struct Table {
-  std::string input_sha256;
-  std::vector<std::string> presets;
-  std::map<std::string, uint32_t> file_type;  // by preset
-  std::map<std::string, std::map<std::string, std::pair<std::string, std::string>>> cells;  // [preset][tensor]
-};
-
-Table read_table(const std::string& file) {
-  std::istringstream in(read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/" + file));
-  Table t;
-  std::string line;
-  auto split = [](const std::string& s) {
-    std::vector<std::string> out;
-    std::string field;
-    std::istringstream ss(s);
-    while (std::getline(ss, field, '\t')) out.push_back(field);
-    return out;
-  };
-  while (std::getline(in, line)) {
-    if (line.rfind("# input sha256 ", 0) == 0) t.input_sha256 = line.substr(15);
-    if (line.empty() || line[0] == '#') continue;
-    const auto f = split(line);
-    if (f[0] == "tensor") {
-      t.presets.assign(f.begin() + 1, f.end());
-      continue;
-    }
-    if (f.size() != t.presets.size() + 1) throw std::runtime_error(file + ": bad line " + line);
-    for (size_t i = 0; i < t.presets.size(); ++i) {
-      if (f[0] == "general.file_type") {
-        t.file_type[t.presets[i]] = uint32_t(std::stoul(f[i + 1]));
-      } else {
-        const size_t colon = f[i + 1].find(':');
-        t.cells[t.presets[i]][f[0]] = {f[i + 1].substr(0, colon), f[i + 1].substr(colon + 1)};
-      }
-    }
-  }
-  return t;
-}
-
-struct Input {
-  std::string path;
-  std::string sha256;
-};
-
-// The model llama-quantize was run on for llama-quantize-mix16.tsv (the table's
-// description and README.md name these options): every K rule fires at 16 layers, rows of
-// 256 take no fallback, GQA 4:1, tied embeddings so token_embd is the output projection.
-const Input& mix16_model() {
-  static const Input input = [] {
-    gen::GenerateOptions o;
-    o.shape = {"quant-mix-16", 256, 16, 4, 1, 256, 256, 10000.0f, 1e-5f};
-    o.type = TensorType::F16;
-    o.seed = 3;
-    o.tie_output = true;
-    auto vocab = gguf::File::open(shared_path("models/stories260K.gguf"));
-    const std::vector<uint8_t> bytes = gen::build_model(o, *vocab).to_bytes();
-    Input in{temp_dir() + "/quant-mix-16.gguf", sha256_hex(bytes.data(), bytes.size())};
-    write_file(in.path, std::string(bytes.begin(), bytes.end()));
-    return in;
-  }();
-  return input;
-}
-
-const Input& stories260k_model() {
-  static const Input input = [] {
-    const std::string path = shared_path("models/stories260K.gguf");
-    return Input{path, sha256_hex(read_file(path))};
-  }();
-  return input;
-}
-
-// Runs kiln quantize and checks the file against llama-quantize's column of the table.
-void expect_like_llama_quantize(const Input& model, const Table& table, const std::string& preset) {
-  ASSERT_TRUE(table.cells.count(preset)) << preset;
-  const bool same_input = model.sha256 == table.input_sha256;
-  EXPECT_TRUE(same_input) << "the input is not the model llama-quantize quantized for this table (sha256 "
-                          << model.sha256 << " vs " << table.input_sha256
-                          << "): if the generator changed, regenerate the table (tests/data/quant/README.md)";
-
-  const std::string out = temp_dir() + "/" + preset + ".gguf";
-  std::string name = preset;  // presets are case-insensitive: pass some in lower case
-  if (preset.find('K') != std::string::npos && preset.size() > 4) std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-  auto r = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(model.path) + " " + shell_quote(out) + " " +
-                       name + " --quiet");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err, "") << "--quiet prints nothing";
-  EXPECT_EQ(r.out, "");
-
-  auto file = gguf::File::open(out);
-  EXPECT_EQ(file->get_uint("general.file_type"), table.file_type.at(preset));
-  EXPECT_EQ(file->get_uint("general.quantization_version"), 2u);
-  const auto& want = table.cells.at(preset);
-  EXPECT_EQ(file->tensors().size(), want.size());
-  size_t compared = 0;
-  for (const gguf::TensorInfo& t : file->tensors()) {
-    auto it = want.find(t.name);
-    if (it == want.end()) {
-      ADD_FAILURE() << preset << ": unexpected tensor " << t.name;
-      continue;
-    }
-    const auto& [type, sha] = it->second;
-    EXPECT_EQ(type_name(t.type), type) << preset << " " << t.name;
-    if (same_input && type_name(t.type) == type) {
-      EXPECT_EQ(sha256_hex(t.data, t.n_bytes).substr(0, 16), sha) << preset << " " << t.name << " bytes";
-      ++compared;
-    }
-  }
-  if (same_input) {
-    EXPECT_EQ(compared, want.size()) << preset;
-  }
-}
-
-std::string preset_test_name(const testing::TestParamInfo<std::string>& info) { return info.param; }
-
-class Mix16 : public testing::TestWithParam<std::string> {};
-TEST_P(Mix16, SameTypesAndBytesAsLlamaQuantize) {
-  static const Table table = read_table("llama-quantize-mix16.tsv");
-  EXPECT_EQ(table.presets.size(), 14u);
-  expect_like_llama_quantize(mix16_model(), table, GetParam());
-}
-INSTANTIATE_TEST_SUITE_P(Presets, Mix16,
-                         testing::Values("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S",
-                                         "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"),
-                         preset_test_name);
-
-// stories260K's rows (64, 172) are not whole super-blocks: every fallback fires. (The
-// legacy presets are not in the table: llama-quantize refuses rows of 172 for them.)
-class Stories260K : public testing::TestWithParam<std::string> {};
-TEST_P(Stories260K, SameTypesAndBytesAsLlamaQuantize) {
-  static const Table table = read_table("llama-quantize-stories260K.tsv");
-  EXPECT_EQ(table.presets.size(), 9u);
-  expect_like_llama_quantize(stories260k_model(), table, GetParam());
-}
-INSTANTIATE_TEST_SUITE_P(Presets, Stories260K,
-                         testing::Values("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S",
-                                         "Q5_K_M", "Q6_K"),
-                         preset_test_name);
-
-// ---------------------------------------------------------------- command line
-
-std::string quantize_cmd(const std::string& args) { return shell_quote(kiln_binary()) + " quantize " + args; }
-
-TEST(QuantizeCli, OneLinePerTensorWhenStderrIsNotATerminal) {
-  const std::string out = temp_dir() + "/lines.gguf";
-  auto r = run_command(quantize_cmd(shell_quote(stories260k_model().path) + " " + shell_quote(out) + " Q4_K_M"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "");
-  size_t tensor_lines = 0;
-  std::istringstream lines(r.err);
-  for (std::string line; std::getline(lines, line);) tensor_lines += line.rfind("[", 0) == 0;
-  EXPECT_EQ(tensor_lines, 48u) << r.err;
-  EXPECT_NE(r.err.find("[46/48] blk.4.ffn_down.weight (172 x 64): F32 -> F16 (rows of 172 are not whole Q6_K blocks)"),
-            std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find("[48/48] blk.4.ffn_norm.weight (64): F32 (kept)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("32 of 48 tensors quantized to Q4_K_M (F32 x11, F16 x5, Q5_0 x29, Q8_0 x3)"), std::string::npos)
-      << r.err;
-  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no progress bar into a file";
-}
-
-// util-linux's script(1) gives the command a terminal, as a user's shell would.
-TEST(QuantizeCli, ProgressBarWhenStderrIsATerminal) {
-  const std::string out = temp_dir() + "/bar.gguf";
-  const std::string cmd = quantize_cmd(shell_quote(stories260k_model().path) + " " + shell_quote(out) + " q6_k");
-  auto r = run_command("script -qec " + shell_quote(cmd) + " /dev/null");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find('\r'), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[##############################] 100% 48/48 blk.4.ffn_norm.weight -> F32"), std::string::npos)
-      << r.out;
-  EXPECT_EQ(r.out.find("[1/48]"), std::string::npos) << "no per-tensor lines under a bar: " << r.out;
-  EXPECT_NE(r.out.find("kiln: wrote"), std::string::npos) << r.out;
-  auto quiet = run_command("script -qec " + shell_quote(cmd + " --quiet") + " /dev/null");
-  ASSERT_EQ(quiet.exit_code, 0) << quiet.out;
-  EXPECT_EQ(trim(quiet.out), "") << "--quiet draws no bar either";
-}
-
-TEST(QuantizeCli, ThreadCountDoesNotChangeTheBytes) {
-  const std::string one = temp_dir() + "/t1.gguf", two = temp_dir() + "/t3.gguf";  // Q3_K_M: four K types
-  const std::string in = shell_quote(mix16_model().path);
-  ASSERT_EQ(run_command(quantize_cmd(in + " " + shell_quote(one) + " Q3_K_M -q -t 1")).exit_code, 0);
-  ASSERT_EQ(run_command(quantize_cmd(in + " " + shell_quote(two) + " Q3_K_M -q -t 3")).exit_code, 0);
-  EXPECT_TRUE(read_file(one) == read_file(two)) << "-t 1 and -t 3 wrote different files";
-}
-
-TEST(QuantizeCli, ErrorsNameTheProblem) {
-  const std::string in = shell_quote(stories260k_model().path);
-  auto bad = run_command(quantize_cmd(in + " " + shell_quote(temp_dir() + "/x.gguf") + " Q4_K_X"));
-  expect_one_line_error(bad, 2, "cannot quantize to 'Q4_K_X' (supported: Q8_0, Q4_0");
-
-  // A K mix needs the llama architecture; the quantization fixture says "fixture".
-  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/data/quant/ggml-quant-fixture.gguf";
-  auto arch = run_command(quantize_cmd(shell_quote(fixture) + " " + shell_quote(temp_dir() + "/f.gguf") + " Q4_K_M"));
-  expect_one_line_error(arch, 1, "ggml-quant-fixture.gguf: the Q4_K_M mix follows llama-quantize's rules");
-  EXPECT_NE(arch.err.find("'fixture'"), std::string::npos) << arch.err;
-
-  auto same = run_command(quantize_cmd(in + " " + in + " Q4_K_M"));
-  expect_one_line_error(same, 1, "is the input file");
-
-  // Requantizing is refused, as by llama-quantize.
-  const std::string q8 = temp_dir() + "/q8.gguf";
-  ASSERT_EQ(run_command(quantize_cmd(in + " " + shell_quote(q8) + " Q8_0 -q")).exit_code, 0);
-  auto again = run_command(quantize_cmd(shell_quote(q8) + " " + shell_quote(temp_dir() + "/q8k.gguf") + " Q4_K_M"));
-  expect_one_line_error(again, 1, "quantize from an F32, F16 or BF16 model");
-  EXPECT_NE(again.err.find("q8.gguf: tensor '"), std::string::npos) << again.err;
 }
 
 }  // namespace

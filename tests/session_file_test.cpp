@@ -12,7 +12,7 @@
 #include "kiln/session_file.h"
 #include "model/generate_model.h"
 #include "quantize/quantize_model.h"
-#include "runtime/hash64.h"
+#include "util/hash64.h"
 #include "stories_fixture.h"
 #include "test_util.h"
 

@@ -227,12 +227,28 @@ size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
 
 const Ops kScalarOps = {
-    Isa::scalar, gemm_supports, gemm,    dot,           axpy,          scale,
-    add,         rmsnorm,       softmax, swiglu,        rope,          fp16_to_f32_n,
-    f32_to_fp16_n, bf16_to_f32_n, f32_to_bf16_n,
-    layernorm,   gelu,
-    no_packing,  no_packing,    no_prepare, exp_sum,
-    pv,
+    .isa = Isa::scalar,
+    .gemm_supports = gemm_supports,
+    .gemm = gemm,
+    .dot = dot,
+    .axpy = axpy,
+    .scale = scale,
+    .add = add,
+    .rmsnorm = rmsnorm,
+    .softmax = softmax,
+    .swiglu = swiglu,
+    .rope = rope,
+    .fp16_to_f32 = fp16_to_f32_n,
+    .f32_to_fp16 = f32_to_fp16_n,
+    .bf16_to_f32 = bf16_to_f32_n,
+    .f32_to_bf16 = f32_to_bf16_n,
+    .layernorm = layernorm,
+    .gelu = gelu,
+    .packed_bytes = no_packing,
+    .prepared_bytes = no_packing,
+    .prepare = no_prepare,
+    .exp_sum = exp_sum,
+    .pv = pv,
 };
 
 }  // namespace

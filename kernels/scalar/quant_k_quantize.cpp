@@ -1,21 +1,25 @@
 // Reference quantizers for the K-quant super-blocks Q2_K, Q3_K, Q4_K, Q5_K and Q6_K.
 //
-// They give the bytes of ggml's deterministic quantize_row_q*_K_ref, the path llama-quantize
-// takes when it has no importance matrix. Those are searches, not formulas: each 16- or
-// 32-element sub-block gets a scale (and a min) fitted by trying a few candidate grids and
-// keeping the one with the lowest weighted error, then the sub-block scales are themselves
-// quantized to 4, 6 or 8 bits against one fp16 super-block scale, and finally every value
-// is re-rounded against the scale it will really be decoded with.
+// A super-block of 256 values is cut into sub-blocks of 16 or 32. Each sub-block gets its
+// own scale (and, in the affine formats Q2_K/Q4_K/Q5_K, an offset), chosen by a search:
+// the values are rounded onto a series of candidate grids, each grid's levels are given
+// the scale (and offset) that minimise the weighted squared error for those levels, and
+// the grid whose fit is best by the format's measure wins. Q3_K refines one grid level by
+// level instead. The sub-block scales are then stored as small integers times one fp16
+// super-block scale, and every value is rounded again against the scale it will really be
+// decoded with.
 //
-// Bit-exactness therefore depends on every float operation happening as in ggml: the same
-// association ((w * x) * q, never w * (x * q)), the same accumulation order, divisions where
-// ggml divides and reciprocals where it multiplies, and no fused multiply-add (this file is
-// compiled with -ffp-contract=off). Integer conversions keep ggml's truncations too, e.g. a
-// rounded scale stored into a uint8_t before it is clamped. tests/quant_test.cpp checks the
-// result byte for byte against llama.cpp's output.
+// The result must be the bytes of ggml's quantize_row_q*_K_ref (what llama-quantize writes
+// without an importance matrix), so every float expression keeps ggml's association and
+// accumulation order ((w * x) * l is not (w * l) * x), divisions stay divisions, and no
+// multiply-add is fused (this file is compiled with -ffp-contract=off). Integer
+// conversions keep ggml's truncations too (a rounded scale passes through a byte before it
+// is clamped). tests/quant_test.cpp checks the bytes against llama.cpp's output.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "kernels/quant.h"
 
@@ -25,10 +29,11 @@ namespace {
 // Sub-blocks whose largest magnitude is below this are treated as all zero (ggml's
 // GROUP_MAX_EPS).
 constexpr float kZeroGroup = 1e-15f;
+constexpr int kMaxSubBlock = 32;
 
 // Round to nearest, ties to even, by adding 1.5 * 2^23 and reading the low mantissa bits:
-// ggml's nearest_int. Written as ggml writes it (rather than lrintf) so that even arguments
-// beyond its valid range |x| < 2^22, or NaN, give the same integer as in llama.cpp.
+// ggml's nearest_int. Written that way (rather than lrintf) so that arguments beyond its
+// valid range |x| < 2^22, or NaN, give the same integer as in llama.cpp.
 int nearest_int(float x) {
   const float shifted = x + 12582912.0f;
   int32_t bits;
@@ -38,191 +43,247 @@ int nearest_int(float x) {
 
 int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-// Fits x[i] ~ scale * q[i] - the_min with q in 0..qmax (the_min >= 0, i.e. the offset is
-// never positive) for the affine K-quants Q2_K, Q4_K and Q5_K; writes q and the_min and
-// returns scale (ggml's make_qkx2_quants).
-//
-// The first candidate spreads min(x, 0)..max(x) over the whole grid. Then nstep + 1 more
-// grids are tried with the range stretched to qmax + rmin + rdelta * step steps; for each,
-// the quants are fixed and scale/min come from the weighted least-squares solution (min
-// forced to 0 if the solution wants a positive offset). The candidate with the smallest
-// weighted error wins: absolute error when use_abs_error (Q2_K), squared otherwise.
-// `scratch` holds n quants of the candidate under test.
-float fit_scale_and_min(int n, int qmax, const float* x, const float* weights, uint8_t* q, float* the_min,
-                        uint8_t* scratch, float rmin, float rdelta, int nstep, bool use_abs_error) {
-  float min = x[0];
-  float max = x[0];
-  float sum_w = weights[0];
+// The value of largest magnitude, sign kept (the first of equals).
+float signed_largest(int n, const float* v) {
+  float largest = 0, magnitude = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(v[i]) > magnitude) {
+      magnitude = std::fabs(v[i]);
+      largest = v[i];
+    }
+  }
+  return largest;
+}
+
+// The largest of v, or 0 when none is positive (NaNs are passed over).
+float largest_positive(int n, const float* v) {
+  float largest = 0;
+  for (int i = 0; i < n; ++i)
+    if (v[i] > largest) largest = v[i];
+  return largest;
+}
+
+// The grid search shared by the affine and the symmetric fits. `best` is the fit of the
+// starting grid, whose levels are in `levels`; try_grid(g, best, trial) rounds the
+// sub-block onto candidate grid g (which may depend on the best fit so far), writes the
+// levels to `trial` and returns their fit (nothing when they cannot be fitted). A
+// candidate replaces the kept fit only when Fit::beats says it is strictly better, so ties
+// keep the earlier grid.
+template <class Fit, class TryGrid>
+Fit keep_best_grid(int n, int n_grids, Fit best, int* levels, const TryGrid& try_grid) {
+  int trial[kMaxSubBlock];
+  for (int g = 0; g < n_grids; ++g) {
+    const std::optional<Fit> fit = try_grid(g, best, trial);
+    if (fit && fit->beats(best)) {
+      best = *fit;
+      std::copy_n(trial, n, levels);
+    }
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------- affine: x ~ scale * l + offset
+
+// The search settings of one affine format. Candidate g stretches the range min..max over
+// qmax + first_stretch + g * stretch_step steps.
+struct AffineSearch {
+  int qmax;             // levels 0..qmax
+  float first_stretch;  // negative: the first candidates are coarser than the plain grid
+  int n_grids;
+  bool abs_error;       // judge by weighted |error| instead of squared (Q2_K)
+};
+constexpr float kStretchStep = 0.1f;
+
+struct AffineFit {
+  float scale = 0, offset = 0, error = 0;
+  bool beats(const AffineFit& other) const { return error < other.error; }
+};
+
+// Rounds x onto levels 0..qmax of inv_scale * (x - origin) and returns sum w*l, w*l^2, w*l*x.
+struct AffineSums {
+  float l = 0, l2 = 0, xl = 0;
+};
+AffineSums round_affine(int n, int qmax, const float* x, const float* w, float inv_scale, float origin, int* levels) {
+  AffineSums s;
+  for (int i = 0; i < n; ++i) {
+    const int l = clamp_int(nearest_int(inv_scale * (x[i] - origin)), 0, qmax);
+    levels[i] = l;
+    s.l += w[i] * l;
+    s.l2 += w[i] * l * l;
+    s.xl += w[i] * l * x[i];
+  }
+  return s;
+}
+
+float affine_error(int n, const float* x, const float* w, const int* levels, float scale, float offset,
+                   bool abs_error) {
+  float error = 0;
+  for (int i = 0; i < n; ++i) {
+    float diff = scale * levels[i] + offset - x[i];
+    diff = abs_error ? std::fabs(diff) : diff * diff;
+    error += w[i] * diff;
+  }
+  return error;
+}
+
+// Fits x[i] ~ scale * q[i] - *neg_offset with q in 0..qmax and an offset that is never
+// positive (the affine K-quants store it as a non-negative "min"); returns the scale.
+// The starting grid spreads min(x, 0)..max(x) over the whole range with scale
+// (max - min) / qmax. Each candidate grid starts at the offset of the best fit so far
+// (so a better offset found early moves the later grids) and spans from there to max(x);
+// its scale and offset are the weighted least-squares solution for its levels (the offset
+// forced to 0, and the scale refitted, when the solution wants it positive).
+float fit_affine(int n, const AffineSearch& search, const float* x, const float* w, uint8_t* q, float* neg_offset) {
+  float min = x[0], max = x[0];
+  float sum_w = w[0];
   float sum_x = sum_w * x[0];
   for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    const float w = weights[i];
-    sum_w += w;
-    sum_x += w * x[i];
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
   }
   if (min > 0) min = 0;
-  if (max == min) {  // every value equal and <= 0, e.g. all zero: q = 0 and the_min = -x
-    for (int i = 0; i < n; ++i) q[i] = 0;
-    *the_min = -min;
+  if (max == min) {  // every value equal and <= 0, e.g. all zero: q = 0, offset = the value
+    std::fill_n(q, n, uint8_t{0});
+    *neg_offset = -min;
     return 0.0f;
   }
-  float iscale = qmax / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = nearest_int(iscale * (x[i] - min));
-    q[i] = static_cast<uint8_t>(clamp_int(l, 0, qmax));
-    float diff = scale * q[i] + min - x[i];
-    diff = use_abs_error ? std::fabs(diff) : diff * diff;
-    best_error += weights[i] * diff;
-  }
-  if (nstep < 1) {
-    *the_min = -min;
-    return scale;
-  }
-  for (int step = 0; step <= nstep; ++step) {
-    iscale = (rmin + rdelta * step + qmax) / (max - min);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, qmax);
-      scratch[i] = static_cast<uint8_t>(l);
-      const float w = weights[i];
-      sum_l += w * l;
-      sum_l2 += w * l * l;
-      sum_xl += w * l * x[i];
+  const int qmax = search.qmax;
+  int levels[kMaxSubBlock];
+  const float inv_scale = qmax / (max - min);
+  AffineFit start{1 / inv_scale, min, 0};
+  round_affine(n, qmax, x, w, inv_scale, min, levels);
+  start.error = affine_error(n, x, w, levels, start.scale, start.offset, search.abs_error);
+
+  auto try_grid = [&](int g, const AffineFit& so_far, int* trial) {
+    const float origin = so_far.offset;
+    const float stretched = (search.first_stretch + kStretchStep * g + qmax) / (max - origin);
+    const AffineSums s = round_affine(n, qmax, x, w, stretched, origin, trial);
+    const float det = sum_w * s.l2 - s.l * s.l;
+    if (!(det > 0)) return std::optional<AffineFit>{};
+    AffineFit fit{(sum_w * s.xl - sum_x * s.l) / det, (s.l2 * sum_x - s.l * s.xl) / det, 0};
+    if (fit.offset > 0) {
+      fit.offset = 0;
+      fit.scale = s.xl / s.l2;
     }
-    const float det = sum_w * sum_l2 - sum_l * sum_l;
-    if (det > 0) {
-      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-      if (this_min > 0) {
-        this_min = 0;
-        this_scale = sum_xl / sum_l2;
-      }
-      float error = 0;
-      for (int i = 0; i < n; ++i) {
-        float diff = this_scale * scratch[i] + this_min - x[i];
-        diff = use_abs_error ? std::fabs(diff) : diff * diff;
-        error += weights[i] * diff;
-      }
-      if (error < best_error) {
-        for (int i = 0; i < n; ++i) q[i] = scratch[i];
-        best_error = error;
-        scale = this_scale;
-        min = this_min;
-      }
-    }
-  }
-  *the_min = -min;
-  return scale;
+    fit.error = affine_error(n, x, w, trial, fit.scale, fit.offset, search.abs_error);
+    return std::optional<AffineFit>{fit};
+  };
+  const AffineFit best = keep_best_grid(n, search.n_grids, start, levels, try_grid);
+  for (int i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(levels[i]);
+  *neg_offset = -best.offset;
+  return best.scale;
 }
 
-// The value of largest magnitude, sign kept (the first of equals), or 0 when the whole
-// group is below kZeroGroup: the symmetric fits put it on the -half end of their grid.
-float largest_magnitude(int n, const float* x) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  return amax < kZeroGroup ? 0.0f : max;
+// Q2_K, Q4_K, Q5_K (ggml's settings for each).
+constexpr AffineSearch kQ2Search{3, -0.5f, 16, true};
+constexpr AffineSearch kQ4Search{15, -1.0f, 21, false};
+constexpr AffineSearch kQ5Search{31, -0.5f, 16, false};
+
+// Final levels of an affine sub-block against its decoded scale and offset.
+void reround_affine(int n, int qmax, const float* x, float scale, float neg_offset, uint8_t* q) {
+  for (int i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(clamp_int(nearest_int((x[i] + neg_offset) / scale), 0, qmax));
 }
 
-// Fits x[i] ~ scale * (q[i] - half) with q in 0..2*half-1 for Q6_K, weighting each value by
-// x^2 (ggml's make_qx_quants with rmse_type 1 and no importance weights). The value of
-// largest magnitude sets the sign of the scale so that it lands on the full -half end; 18
-// grids slightly wider or narrower than that (half +- 0.1..0.9 steps) are then tried and
-// the one whose least-squares scale explains the most weighted energy is kept. Returns the
-// scale; an all-zero group gives 0 with every q = 0 (not `half`), as in ggml.
-float fit_symmetric_scale(int n, int half, const float* x, int8_t* q) {
-  const float max = largest_magnitude(n, x);
-  if (max == 0.0f) {
-    for (int i = 0; i < n; ++i) q[i] = 0;
-    return 0.0f;
-  }
-  float iscale = -half / max;
-  float sumlx = 0;
-  float suml2 = 0;
+// ---------------------------------------------------------------- symmetric: x ~ scale * l
+
+// Levels l in -half..half-1, each value weighted by x^2 (large values matter most).
+struct SymmetricSums {
+  float lx = 0, l2 = 0;
+};
+SymmetricSums round_symmetric(int n, int half, const float* x, float inv_scale, int* levels) {
+  SymmetricSums s;
   for (int i = 0; i < n; ++i) {
-    const int l = clamp_int(nearest_int(iscale * x[i]), -half, half - 1);
-    q[i] = static_cast<int8_t>(l + half);
+    const int l = clamp_int(nearest_int(inv_scale * x[i]), -half, half - 1);
+    levels[i] = l;
     const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
+    s.lx += w * x[i] * l;
+    s.l2 += w * l * l;
   }
-  float scale = suml2 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
-  for (int tweak = -9; tweak <= 9; ++tweak) {
-    if (tweak == 0) continue;
-    iscale = -(half + 0.1f * tweak) / max;
-    sumlx = suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = clamp_int(nearest_int(iscale * x[i]), -half, half - 1);
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * l;
-      suml2 += w * l * l;
-    }
-    // sumlx^2 / suml2 is the weighted energy the best scale for these quants explains.
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i)
-        q[i] = static_cast<int8_t>(half + clamp_int(nearest_int(iscale * x[i]), -half, half - 1));
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
-  }
-  return scale;
+  return s;
 }
 
-// Fits x[i] ~ scale * (q[i] - half) with q in 0..2*half-1 for Q3_K (ggml's make_q3_quants
-// with do_rmse): starts from the grid that puts the largest magnitude on -half, then up to
-// five passes of coordinate descent move single quants whenever that raises the x^2-weighted
-// energy the least-squares scale explains. Returns that scale (0 for an all-zero group).
-float fit_q3_scale(int n, int half, const float* x, int8_t* q) {
-  const float max = largest_magnitude(n, x);
-  if (max == 0.0f) {
-    for (int i = 0; i < n; ++i) q[i] = 0;
-    return 0.0f;
+// The least-squares scale sum_lx / sum_l2 of a set of levels leaves a weighted error of
+// sum(w x^2) - sum_lx^2 / sum_l2: the fit that explains the most energy sum_lx^2 / sum_l2
+// is the best, compared without dividing.
+struct SymmetricFit {
+  SymmetricSums sums;
+  float scale = 0, energy = 0;
+  explicit SymmetricFit(SymmetricSums s) : sums(s), scale(s.l2 ? s.lx / s.l2 : 0.0f), energy(scale * s.lx) {}
+  bool beats(const SymmetricFit& other) const { return sums.l2 > 0 && sums.lx * sums.lx > other.energy * sums.l2; }
+};
+
+// The starting grid of both symmetric fits maps the sub-block's signed largest value (its
+// anchor) to exactly -half, the end of the range that is one level longer. Returns the
+// anchor and the grid's sums, or nothing for an all-zero sub-block (largest magnitude
+// below kZeroGroup), whose q are then all 0 (not `half`), as in ggml.
+struct SymmetricStart {
+  float anchor;
+  SymmetricSums sums;
+};
+std::optional<SymmetricStart> start_symmetric(int n, int half, const float* x, int* levels, int8_t* q) {
+  const float anchor = signed_largest(n, x);
+  if (std::fabs(anchor) < kZeroGroup) {
+    std::fill_n(q, n, int8_t{0});
+    return std::nullopt;
   }
-  const float iscale = -half / max;
-  float sumlx = 0;
-  float suml2 = 0;
-  for (int i = 0; i < n; ++i) {  // q holds the signed quant (-half..half-1) until the end
-    const int l = clamp_int(nearest_int(iscale * x[i]), -half, half - 1);
-    q[i] = static_cast<int8_t>(l);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
-  }
-  for (int pass = 0; pass < 5; ++pass) {
-    int changed = 0;
+  return SymmetricStart{anchor, round_symmetric(n, half, x, -half / anchor, levels)};
+}
+
+// Q6_K: fits x[i] ~ scale * (q[i] - half). After the starting grid, tries 18 grids that
+// map the anchor to -(half +- 0.1 .. 0.9). Returns the scale (0 for an all-zero sub-block).
+float fit_symmetric(int n, int half, const float* x, int8_t* q) {
+  int levels[kMaxSubBlock];
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  if (!start) return 0.0f;
+  const SymmetricFit first(start->sums);
+  const SymmetricFit best = keep_best_grid(n, 18, first, levels, [&](int g, const SymmetricFit&, int* trial) {
+    const int tweak = g < 9 ? g - 9 : g - 8;  // -9..-1, 1..9
+    const float inv_scale = -(half + 0.1f * tweak) / start->anchor;
+    return std::optional<SymmetricFit>{SymmetricFit(round_symmetric(n, half, x, inv_scale, trial))};
+  });
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(levels[i] + half);
+  return best.scale;
+}
+
+// Q3_K: the same model and starting grid as fit_symmetric, then coordinate descent: each
+// level in turn is moved to where the least-squares scale of the others would put it,
+// kept if that raises the explained energy; at most five sweeps, fewer once a sweep
+// changes nothing. Returns the final least-squares scale (0 for an all-zero sub-block).
+float fit_symmetric_by_descent(int n, int half, const float* x, int8_t* q) {
+  int levels[kMaxSubBlock];
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  if (!start) return 0.0f;
+  SymmetricSums sums = start->sums;
+  for (int sweep = 0; sweep < 5; ++sweep) {
+    bool changed = false;
     for (int i = 0; i < n; ++i) {
       const float w = x[i] * x[i];
-      float slx = sumlx - w * x[i] * q[i];  // the sums without element i
-      if (slx > 0) {
-        float sl2 = suml2 - w * q[i] * q[i];
-        const int l = clamp_int(nearest_int(x[i] * sl2 / slx), -half, half - 1);
-        if (l != q[i]) {
-          slx += w * x[i] * l;
-          sl2 += w * l * l;
-          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
-            q[i] = static_cast<int8_t>(l);
-            sumlx = slx;
-            suml2 = sl2;
-            ++changed;
-          }
-        }
+      SymmetricSums others{sums.lx - w * x[i] * levels[i], 0};
+      if (!(others.lx > 0)) continue;
+      others.l2 = sums.l2 - w * levels[i] * levels[i];
+      const int l = clamp_int(nearest_int(x[i] * others.l2 / others.lx), -half, half - 1);
+      if (l == levels[i]) continue;
+      const SymmetricSums moved{others.lx + w * x[i] * l, others.l2 + w * l * l};
+      if (moved.l2 > 0 && moved.lx * moved.lx * sums.l2 > sums.lx * sums.lx * moved.l2) {
+        levels[i] = l;
+        sums = moved;
+        changed = true;
       }
     }
     if (!changed) break;
   }
-  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(q[i] + half);
-  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(levels[i] + half);
+  return sums.l2 > 0.0f ? sums.lx / sums.l2 : 0.0f;
 }
+
+// Final levels of a symmetric sub-block (stored + half) against its decoded scale.
+void reround_symmetric(int n, int half, const float* x, float scale, int8_t* q) {
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(clamp_int(nearest_int(x[i] / scale), -half, half - 1) + half);
+}
+
+// ---------------------------------------------------------------- bit layouts
 
 // Element e of a super-block: where its low 2 bits go in Q2_K/Q3_K qs (byte, shift).
 size_t low2_byte(size_t e) { return 32 * (e / 128) + e % 32; }
@@ -233,24 +294,20 @@ int low2_shift(size_t e) { return int(2 * (e % 128 / 32)); }
 size_t nibble_byte(size_t e) { return 32 * (e / 64) + e % 32; }
 int nibble_shift(size_t e) { return int(4 * (e / 32 % 2)); }
 
-// The Q4_K/Q5_K scale stage shared by both formats: sub-block scales and mins (8 each, all
-// >= 0) become 6-bit multiples of d = max_scale/63 and dmin = max_min/63, packed as
-// kernels/quant.h describes. The rounded values pass through a uint8_t before the clamp to
-// 63, as in ggml (the largest maps to exactly 63, so the clamp only catches rounding).
+// The Q4_K/Q5_K scale stage: sub-block scales and mins (8 each, all >= 0) become 6-bit
+// multiples of d = max_scale/63 and dmin = max_min/63, packed as kernels/quant.h
+// describes. The rounded values pass through a uint8_t before the clamp to 63, as in
+// ggml (the largest maps to exactly 63, so the clamp only catches rounding).
 void pack_scales_and_mins_k4(const float* scales, const float* mins, uint8_t* packed, uint16_t* d,
                              uint16_t* dmin) {
-  float max_scale = 0, max_min = 0;
-  for (int j = 0; j < 8; ++j) {
-    if (scales[j] > max_scale) max_scale = scales[j];
-    if (mins[j] > max_min) max_min = mins[j];
-  }
+  const float max_scale = largest_positive(8, scales);
+  const float max_min = largest_positive(8, mins);
   const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
   const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  std::memset(packed, 0, K_SCALE_SIZE);
   for (int j = 0; j < 8; ++j) {
-    uint8_t ls = static_cast<uint8_t>(nearest_int(inv_scale * scales[j]));
-    uint8_t lm = static_cast<uint8_t>(nearest_int(inv_min * mins[j]));
-    if (ls > 63) ls = 63;
-    if (lm > 63) lm = 63;
+    const uint8_t ls = std::min<uint8_t>(static_cast<uint8_t>(nearest_int(inv_scale * scales[j])), 63);
+    const uint8_t lm = std::min<uint8_t>(static_cast<uint8_t>(nearest_int(inv_min * mins[j])), 63);
     if (j < 4) {
       packed[j] = ls;
       packed[j + 4] = lm;
@@ -264,13 +321,10 @@ void pack_scales_and_mins_k4(const float* scales, const float* mins, uint8_t* pa
   *dmin = f32_to_fp16(max_min / 63.0f);
 }
 
-// Q4_K/Q5_K: fits all 8 sub-blocks of 32 and returns the final quants (0..qmax) in q,
-// re-rounded against the decoded d * sc and dmin * m. rmin/nstep are ggml's per-format
-// search settings.
-void quantize_super_block_k4(const float* x, int qmax, float rmin, int nstep, uint8_t* q, uint8_t* packed,
-                             uint16_t* d, uint16_t* dmin) {
+// Q4_K/Q5_K: fits the 8 sub-blocks of 32 and returns the final levels (0..qmax) in q.
+void quantize_super_block_k4(const float* x, const AffineSearch& search, uint8_t* q, uint8_t* packed, uint16_t* d,
+                             uint16_t* dmin) {
   float scales[8], mins[8], weights[32];
-  uint8_t scratch[32];
   for (int j = 0; j < 8; ++j) {
     const float* xs = x + 32 * j;
     // Weights: |x| plus the sub-block's RMS, so large values matter more but small ones
@@ -279,18 +333,14 @@ void quantize_super_block_k4(const float* x, int qmax, float rmin, int nstep, ui
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float rms = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = rms + std::fabs(xs[l]);
-    scales[j] = fit_scale_and_min(32, qmax, xs, weights, q + 32 * j, &mins[j], scratch, rmin, 0.1f, nstep, false);
+    scales[j] = fit_affine(32, search, xs, weights, q + 32 * j, &mins[j]);
   }
-  std::memset(packed, 0, K_SCALE_SIZE);
   pack_scales_and_mins_k4(scales, mins, packed, d, dmin);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
     unpack_scale_min_k4(packed, j, &sc, &m);
-    const float dl = fp16_to_f32(*d) * sc;
-    if (!dl) continue;  // a zero scale keeps the quants of the fit
-    const float ml = fp16_to_f32(*dmin) * m;
-    for (int l = 0; l < 32; ++l)
-      q[32 * j + l] = static_cast<uint8_t>(clamp_int(nearest_int((x[32 * j + l] + ml) / dl), 0, qmax));
+    const float scale = fp16_to_f32(*d) * sc;
+    if (scale) reround_affine(32, search.qmax, x + 32 * j, scale, fp16_to_f32(*dmin) * m, q + 32 * j);
   }
 }
 
@@ -299,39 +349,29 @@ void quantize_super_block_k4(const float* x, int qmax, float rmin, int nstep, ui
 void quantize_row_q2_K(const float* x, block_q2_K* y, size_t n) {
   constexpr float kScaleLevels = 15.0f;  // 4-bit sub-block scales and mins
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
-    uint8_t q[QK_K], scratch[16];
+    uint8_t q[QK_K];
     float weights[16], scales[16], mins[16];
-    float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; ++j) {
       for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = fit_scale_and_min(16, 3, x + 16 * j, weights, q + 16 * j, &mins[j], scratch, -0.5f, 0.1f, 15, true);
-      if (scales[j] > max_scale) max_scale = scales[j];
-      if (mins[j] > max_min) max_min = mins[j];
+      scales[j] = fit_affine(16, kQ2Search, x + 16 * j, weights, q + 16 * j, &mins[j]);
     }
+    const float max_scale = largest_positive(16, scales);
+    const float max_min = largest_positive(16, mins);
     // Scales in the low nibble, mins in the high one; the int results are stored into the
     // byte as ggml stores them (truncating).
-    if (max_scale > 0) {
-      const float iscale = kScaleLevels / max_scale;
-      for (int j = 0; j < 16; ++j) y[i].scales[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
-      y[i].d = f32_to_fp16(max_scale / kScaleLevels);
-    } else {
-      for (int j = 0; j < 16; ++j) y[i].scales[j] = 0;
-      y[i].d = f32_to_fp16(0.0f);
+    const float inv_scale = max_scale > 0 ? kScaleLevels / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? kScaleLevels / max_min : 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      const int sc = max_scale > 0 ? nearest_int(inv_scale * scales[j]) : 0;
+      const int m = max_min > 0 ? nearest_int(inv_min * mins[j]) : 0;
+      y[i].scales[j] = static_cast<uint8_t>(static_cast<uint8_t>(sc) | m << 4);
     }
-    if (max_min > 0) {
-      const float iscale = kScaleLevels / max_min;
-      for (int j = 0; j < 16; ++j)
-        y[i].scales[j] = static_cast<uint8_t>(y[i].scales[j] | nearest_int(iscale * mins[j]) << 4);
-      y[i].dmin = f32_to_fp16(max_min / kScaleLevels);
-    } else {
-      y[i].dmin = f32_to_fp16(0.0f);
-    }
+    y[i].d = f32_to_fp16(max_scale > 0 ? max_scale / kScaleLevels : 0.0f);
+    y[i].dmin = f32_to_fp16(max_min > 0 ? max_min / kScaleLevels : 0.0f);
     const float d = fp16_to_f32(y[i].d), dmin = fp16_to_f32(y[i].dmin);
     for (int j = 0; j < 16; ++j) {
-      const float dl = d * (y[i].scales[j] & 0x0F);
-      if (!dl) continue;
-      const float ml = dmin * (y[i].scales[j] >> 4);
-      for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<uint8_t>(clamp_int(nearest_int((x[16 * j + l] + ml) / dl), 0, 3));
+      const float scale = d * (y[i].scales[j] & 0x0F);
+      if (scale) reround_affine(16, 3, x + 16 * j, scale, dmin * (y[i].scales[j] >> 4), q + 16 * j);
     }
     std::memset(y[i].qs, 0, sizeof y[i].qs);
     for (size_t e = 0; e < QK_K; ++e) y[i].qs[low2_byte(e)] |= static_cast<uint8_t>(q[e] << low2_shift(e));
@@ -342,25 +382,19 @@ void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int8_t q[QK_K];
     float scales[16];
-    float max_scale = 0, amax = 0;  // the sub-block scale of largest magnitude, signed
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_q3_scale(16, 4, x + 16 * j, q + 16 * j);
-      if (std::fabs(scales[j]) > amax) {
-        amax = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
-    // 6-bit signed sub-block scales (-32..31, stored +32) against d = max_scale / -32.
+    for (int j = 0; j < 16; ++j) scales[j] = fit_symmetric_by_descent(16, 4, x + 16 * j, q + 16 * j);
+    // 6-bit signed sub-block scales (-32..31, stored + 32) against d = largest / -32.
+    const float largest = signed_largest(16, scales);
     std::memset(y[i].scales, 0, K_SCALE_SIZE);
-    if (max_scale) {
-      const float iscale = -32.0f / max_scale;
+    if (largest) {
+      const float inv_scale = -32.0f / largest;
       for (int j = 0; j < 16; ++j) {
-        const int8_t rounded = static_cast<int8_t>(nearest_int(iscale * scales[j]));
+        const int8_t rounded = static_cast<int8_t>(nearest_int(inv_scale * scales[j]));
         const int sc = clamp_int(rounded, -32, 31) + 32;
         y[i].scales[j % 8] |= static_cast<uint8_t>((sc & 0x0F) << (j < 8 ? 0 : 4));
         y[i].scales[8 + j % 4] |= static_cast<uint8_t>((sc >> 4) << (2 * (j / 4)));
       }
-      y[i].d = f32_to_fp16(1 / iscale);
+      y[i].d = f32_to_fp16(1 / inv_scale);
     } else {
       y[i].d = f32_to_fp16(0.0f);
     }
@@ -368,10 +402,8 @@ void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n) {
     for (int j = 0; j < 16; ++j) {
       const int low4 = j < 8 ? y[i].scales[j] & 0x0F : y[i].scales[j - 8] >> 4;
       const int high2 = (y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-      const float dl = d * static_cast<int8_t>((low4 | high2 << 4) - 32);
-      if (!dl) continue;
-      for (int l = 0; l < 16; ++l)
-        q[16 * j + l] = static_cast<int8_t>(clamp_int(nearest_int(x[16 * j + l] / dl), -4, 3) + 4);
+      const float scale = d * static_cast<int8_t>((low4 | high2 << 4) - 32);
+      if (scale) reround_symmetric(16, 4, x + 16 * j, scale, q + 16 * j);
     }
     // q is 0..7 here: bit 2 goes to hmask, the low 2 bits to qs.
     std::memset(y[i].hmask, 0, sizeof y[i].hmask);
@@ -386,7 +418,7 @@ void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n) {
 void quantize_row_q4_K(const float* x, block_q4_K* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     uint8_t q[QK_K];
-    quantize_super_block_k4(x, 15, -1.0f, 20, q, y[i].scales, &y[i].d, &y[i].dmin);
+    quantize_super_block_k4(x, kQ4Search, q, y[i].scales, &y[i].d, &y[i].dmin);
     std::memset(y[i].qs, 0, sizeof y[i].qs);
     for (size_t e = 0; e < QK_K; ++e) y[i].qs[nibble_byte(e)] |= static_cast<uint8_t>(q[e] << nibble_shift(e));
   }
@@ -395,7 +427,7 @@ void quantize_row_q4_K(const float* x, block_q4_K* y, size_t n) {
 void quantize_row_q5_K(const float* x, block_q5_K* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     uint8_t q[QK_K];
-    quantize_super_block_k4(x, 31, -0.5f, 15, q, y[i].scales, &y[i].d, &y[i].dmin);
+    quantize_super_block_k4(x, kQ5Search, q, y[i].scales, &y[i].d, &y[i].dmin);
     std::memset(y[i].qs, 0, sizeof y[i].qs);
     std::memset(y[i].qh, 0, sizeof y[i].qh);
     for (size_t e = 0; e < QK_K; ++e) {
@@ -409,32 +441,22 @@ void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int8_t q[QK_K];
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_symmetric_scale(16, 32, x + 16 * j, q + 16 * j);
-      if (std::fabs(scales[j]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
-    if (max_abs_scale < kZeroGroup) {  // nothing to encode: an all-zero block
+    for (int j = 0; j < 16; ++j) scales[j] = fit_symmetric(16, 32, x + 16 * j, q + 16 * j);
+    const float largest = signed_largest(16, scales);
+    if (std::fabs(largest) < kZeroGroup) {  // nothing to encode: an all-zero block
       std::memset(&y[i], 0, sizeof y[i]);
       continue;
     }
-    // int8 sub-block scales against d = max_scale / -128; the opposite extreme would be
+    // int8 sub-block scales against d = largest / -128; the opposite extreme would be
     // +128 and clamps to 127.
-    const float iscale = -128.0f / max_scale;
-    y[i].d = f32_to_fp16(1 / iscale);
-    for (int j = 0; j < 16; ++j) {
-      const int sc = nearest_int(iscale * scales[j]);
-      y[i].scales[j] = static_cast<int8_t>(sc < 127 ? sc : 127);
-    }
+    const float inv_scale = -128.0f / largest;
+    y[i].d = f32_to_fp16(1 / inv_scale);
+    for (int j = 0; j < 16; ++j)
+      y[i].scales[j] = static_cast<int8_t>(std::min(nearest_int(inv_scale * scales[j]), 127));
     const float d = fp16_to_f32(y[i].d);
     for (int j = 0; j < 16; ++j) {
-      const float dl = d * y[i].scales[j];
-      if (!dl) continue;
-      for (int l = 0; l < 16; ++l)
-        q[16 * j + l] = static_cast<int8_t>(clamp_int(nearest_int(x[16 * j + l] / dl), -32, 31) + 32);
+      const float scale = d * y[i].scales[j];
+      if (scale) reround_symmetric(16, 32, x + 16 * j, scale, q + 16 * j);
     }
     // q is 0..63: low 4 bits to ql, high 2 bits to qh (layout in kernels/quant.h).
     std::memset(y[i].ql, 0, sizeof y[i].ql);

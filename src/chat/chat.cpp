@@ -1,6 +1,7 @@
 #include "kiln/chat.h"
 
 #include "kiln/error.h"
+#include "util/json_number.h"
 
 namespace kiln {
 namespace {
@@ -167,8 +168,7 @@ void Chat::restore(const ordered_json& state) {
     std::vector<Segment> segments;
     size_t total = 0;
     for (const auto& s : state.at("segments")) {
-      const int64_t n = s.at(0).get<int64_t>();
-      if (n < 0 || n > (int64_t)generator_.history().size()) throw Error("bad segment size");
+      const int64_t n = json_integer(s.at(0), "a segment's size", 0, int64_t(generator_.history().size()));
       segments.push_back({(int32_t)n, s.at(1).get<std::string>()});
       total += (size_t)n;
     }

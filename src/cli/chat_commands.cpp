@@ -6,6 +6,7 @@
 
 #include "kiln/error.h"
 #include "kiln/session_file.h"
+#include "util/json_number.h"
 
 namespace kiln::cli {
 namespace {
@@ -227,15 +228,18 @@ bool load_chat(ChatState& s, const std::string& path, bool restore_parameters) {
     if (restore_parameters && app.contains("parameters") && app["parameters"].is_object()) {
       const ordered_json& q = app["parameters"];
       SamplerParams p = s.sampler.params();
-      p.temperature = q.value("temperature", p.temperature);
-      p.top_k = q.value("top_k", p.top_k);
-      p.top_p = q.value("top_p", p.top_p);
-      p.min_p = q.value("min_p", p.min_p);
-      p.repeat_penalty = q.value("repeat_penalty", p.repeat_penalty);
-      p.seed = q.value("seed", p.seed);
+      // Checked only so that the conversions are safe: a file holds what /set accepted.
+      constexpr double kFloatMax = 1e30;
+      p.temperature = float(json_real_or(q, "temperature", p.temperature, -kFloatMax, kFloatMax));
+      p.top_k = int32_t(json_integer_or(q, "top_k", p.top_k, INT32_MIN, INT32_MAX));
+      p.top_p = float(json_real_or(q, "top_p", p.top_p, -kFloatMax, kFloatMax));
+      p.min_p = float(json_real_or(q, "min_p", p.min_p, -kFloatMax, kFloatMax));
+      p.repeat_penalty = float(json_real_or(q, "repeat_penalty", p.repeat_penalty, -kFloatMax, kFloatMax));
+      if (q.contains("seed"))
+        p.seed = q["seed"].is_number_unsigned() ? q["seed"].get<uint64_t>() : uint64_t(json_integer(q["seed"], "seed", 0));
       s.sampler.set_params(p);
       s.generator.resync_sampler();
-      s.gen.n_predict = q.value("num_predict", s.gen.n_predict);
+      s.gen.n_predict = int32_t(json_integer_or(q, "num_predict", s.gen.n_predict, INT32_MIN, INT32_MAX));
     }
   } catch (const std::exception& e) {
     s.chat.clear();

@@ -22,6 +22,18 @@ std::vector<std::string> architecture_names();
 WeightView row_range(const WeightView& w, uint64_t r0, uint64_t n);
 WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n);
 
+// RoPE metadata (src/models/rope_metadata.cpp; the tables are the runtime's).
+// Reads <prefix>rope.scaling.{type,factor,original_context_length,attn_factor} (or the
+// older rope.scale_linear) and the rope_freqs.weight tensor into `c`, whose n_rot must be
+// set. Throws kiln::Error naming the file and the key or tensor.
+void read_rope_scaling(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+
+// Phi-3's LongRoPE: rope_factors_short.weight into c.rope_freq_factors and
+// rope_factors_long.weight into c.rope_freq_factors_long (both or neither; not with
+// rope_freqs.weight). The attention factor is rope.scaling.attn_factor, which
+// read_rope_scaling has read: the converter computes it, llama.cpp reads it as given.
+void read_longrope_factors(const gguf::File& f, ModelConfig& c);
+
 // <prefix>attention.sliding_window (a window for every layer) and the optional
 // <prefix>attention.sliding_window_pattern into c.swa_window (needs c.n_layers): a number
 // N (every Nth layer global, llama.cpp's gemma rule) or an array of per-layer booleans

@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 #include "model/architecture.h"
 #include "model/llama2c_checkpoint.h"
-#include "runtime/hash64.h"
+#include "util/hash64.h"
 
 namespace kiln {
 namespace {

@@ -6,7 +6,6 @@
 // Phi-3's attention.sliding_window is ignored as llama.cpp ignores it (its converter
 // writes a window the models were not used with; see ggml-org/llama.cpp#13676).
 #include "model/architecture.h"
-#include "runtime/rope.h"
 
 namespace kiln {
 

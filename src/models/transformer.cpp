@@ -3,7 +3,6 @@
 // post-norms) are found by tensor name. A family file sets its flags and calls these, so
 // a tensor name or a shape check is written once.
 #include "model/architecture.h"
-#include "runtime/rope.h"
 
 namespace kiln {
 

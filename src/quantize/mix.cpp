@@ -1,6 +1,7 @@
-// llama-quantize's per-tensor type rules (llama.cpp src/llama-quant.cpp:
-// tensor_allows_quantization, llama_tensor_get_type_impl, tensor_type_fallback), kept to
-// the llama architecture without an importance matrix, expert tensors or user overrides.
+// llama-quantize's per-tensor type rules (llama.cpp src/llama-quant.cpp decides them in
+// tensor_allows_quantization, llama_tensor_get_type_impl and tensor_type_fallback), for
+// the architectures kiln runs, without an importance matrix, expert tensors or user
+// overrides, restated as tables: which tensors are quantized, the K mixes, the 70B sizes.
 #include "quantize/mix.h"
 
 #include <algorithm>
@@ -109,60 +110,127 @@ bool use_more_bits(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
+// The K mixes as data. Each one gives most matrices its base type and singles out three
+// groups: the value projections (attn_v, or the fused attn_qkv), ffn_down, and
+// attn_output. In the first two, a tensor's position among its group (not the layer in
+// its name) decides whether it gets `more` bits or `rest`.
+enum class Pick {
+  none,             // every tensor of the group gets `rest`
+  first_n,          // the first n
+  first_sixteenth,  // position < n_layers / 16
+  first_eighth,     // position < n_layers / 8
+  more_bits,        // use_more_bits(position, group size)
+  gqa_4,            // every tensor when 4 or more query heads share each KV head
+};
+constexpr TensorType kBase = TensorType::F32;  // stands for the mix's base type in the table
+
+struct Boost {
+  Pick pick = Pick::none;
+  TensorType more = kBase;
+  TensorType rest = kBase;
+  int n = 0;  // for first_n
+};
+
+struct KMix {
+  FileType ft;
+  Boost value;
+  Boost ffn_down;
+  TensorType attn_output = kBase;
+};
+
+constexpr TensorType Q3 = TensorType::Q3_K, Q4 = TensorType::Q4_K, Q5 = TensorType::Q5_K, Q6 = TensorType::Q6_K;
+constexpr KMix kKMixes[] = {
+    {FileType::Q2_K, {Pick::gqa_4, Q4, Q3}, {Pick::none, kBase, Q3}, Q3},
+    {FileType::Q3_K_S, {}, {}},
+    {FileType::Q3_K_M, {Pick::first_n, Q5, Q4, 2}, {Pick::first_sixteenth, Q5, Q4}, Q4},
+    {FileType::Q3_K_L, {Pick::none, kBase, Q5}, {Pick::none, kBase, Q5}, Q5},
+    {FileType::Q4_K_S, {Pick::first_n, Q5, kBase, 4}, {Pick::first_eighth, Q5, kBase}},
+    {FileType::Q4_K_M, {Pick::more_bits, Q6, kBase}, {Pick::more_bits, Q6, kBase}},
+    {FileType::Q5_K_S, {}, {}},
+    {FileType::Q5_K_M, {Pick::more_bits, Q6, kBase}, {Pick::more_bits, Q6, kBase}},
+    {FileType::Q6_K, {}, {}},
+};
+
+const KMix& k_mix(FileType ft) {
+  for (const KMix& m : kKMixes)
+    if (m.ft == ft) return m;
+  throw Error("no K mix for file type " + std::to_string(uint32_t(ft)));  // every K preset has a row
+}
+
+// The architectures kiln runs, and which of their sizes llama.cpp calls a 70B model (its
+// value matrices then get more bits, see mix_type). llama-quantize applies the same rules
+// to all of them; only the 70B test depends on the family.
+struct ArchRule {
+  std::string_view arch;
+  bool (*is_70b)(const ModelFacts&);
+};
+bool never_70b(const ModelFacts&) { return false; }
+constexpr ArchRule kArchRules[] = {
+    // LLaMA-1 65B has 80 layers too, without grouped-query attention.
+    {"llama", [](const ModelFacts& m) { return m.n_layers == 80 && m.n_heads != m.n_kv_heads; }},
+    {"qwen2", [](const ModelFacts& m) { return m.n_layers == 80; }},  // Qwen2 72B
+    {"qwen3", never_70b},
+    {"gemma", never_70b},
+    {"gemma2", never_70b},
+    {"gemma3", never_70b},
+    {"phi3", never_70b},
+    {"mpt", never_70b},
+};
+
+const ArchRule* arch_rule(const std::string& arch) {
+  for (const ArchRule& r : kArchRules)
+    if (r.arch == arch) return &r;
+  return nullptr;
+}
+
 // The state llama-quantize carries from tensor to tensor: how many value projections and
 // ffn_down matrices it has typed so far. Their position, not the layer in the name, picks
 // the type, so the tensors must be visited in llama.cpp's order (see visit_order).
 struct MixState {
-  FileType ft;
+  const KMix& mix;
   TensorType base;
   int n_layers;
   int n_value_like;  // value-projection tensors in the whole model
   int gqa;           // n_heads / n_kv_heads
-  bool is_70b;       // llama.cpp's LLM_TYPE_70B: 80 layers with grouped-query attention
+  bool is_70b;
   bool tied;         // no output.weight: token_embd doubles as the output projection
   int value_seen = 0;
   int ffn_down_seen = 0;
 };
 
-// llama_tensor_get_type_impl for the K presets: the type before the row-length fallback.
-TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
-  using T = TensorType;
-  const FileType ft = s.ft;
-  if (role == Role::output || (s.tied && role == Role::token_embd)) {
-    // The output projection decides every token: Q6_K, or Q8_0 when rows are not whole
-    // blocks of the base type (the block test uses the base type, not Q6_K's).
-    if (t.dims[0] % block_size(s.base) != 0) return T::Q8_0;
-    return s.base == T::Q8_0 ? T::Q8_0 : T::Q6_K;
+TensorType boosted(const Boost& b, int position, int group_size, const MixState& s) {
+  bool more = false;
+  switch (b.pick) {
+    case Pick::none: break;
+    case Pick::first_n: more = position < b.n; break;
+    case Pick::first_sixteenth: more = position < s.n_layers / 16; break;
+    case Pick::first_eighth: more = position < s.n_layers / 8; break;
+    case Pick::more_bits: more = use_more_bits(position, group_size); break;
+    case Pick::gqa_4: more = s.gqa >= 4; break;
   }
-  if (role == Role::token_embd) return s.base;
+  const TensorType t = more ? b.more : b.rest;
+  return t == kBase ? s.base : t;
+}
+
+// The output projection decides every token: Q6_K, or Q8_0 when rows are not whole blocks
+// of the base type (the block test uses the base type, not Q6_K's) or the base is Q8_0.
+TensorType output_projection_type(TensorType base, const TensorDesc& t) {
+  if (t.dims[0] % block_size(base) != 0 || base == TensorType::Q8_0) return TensorType::Q8_0;
+  return TensorType::Q6_K;
+}
+
+// The type a K mix gives a tensor, before the row-length fallback.
+TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
+  if (role == Role::output || (s.tied && role == Role::token_embd)) return output_projection_type(s.base, t);
   if (is_value_like(role)) {
-    const int i = s.value_seen++;
-    T type = s.base;
-    if (ft == FileType::Q2_K) type = s.gqa >= 4 ? T::Q4_K : T::Q3_K;
-    else if (ft == FileType::Q3_K_M) type = i < 2 ? T::Q5_K : T::Q4_K;
-    else if (ft == FileType::Q3_K_L) type = T::Q5_K;
-    else if ((ft == FileType::Q4_K_M || ft == FileType::Q5_K_M) && use_more_bits(i, s.n_value_like)) type = T::Q6_K;
-    else if (ft == FileType::Q4_K_S && i < 4) type = T::Q5_K;
+    TensorType type = boosted(s.mix.value, s.value_seen++, s.n_value_like, s);
     // In 70B models 8 heads share each value matrix, so it is 8x smaller than attn_q and
     // more bits cost little.
-    if (s.is_70b && (type == T::Q3_K || type == T::Q4_K)) type = T::Q5_K;
+    if (s.is_70b && (type == TensorType::Q3_K || type == TensorType::Q4_K)) type = TensorType::Q5_K;
     return type;
   }
-  if (role == Role::ffn_down) {
-    const int i = s.ffn_down_seen++, n = s.n_layers;
-    if (ft == FileType::Q2_K) return T::Q3_K;
-    if (ft == FileType::Q3_K_M) return i < n / 16 ? T::Q5_K : T::Q4_K;
-    if (ft == FileType::Q3_K_L) return T::Q5_K;
-    if (ft == FileType::Q4_K_M) return use_more_bits(i, n) ? T::Q6_K : s.base;
-    if (ft == FileType::Q5_K_M && use_more_bits(i, n)) return T::Q6_K;
-    if (ft == FileType::Q4_K_S && i < n / 8) return T::Q5_K;
-    return s.base;
-  }
-  if (role == Role::attn_output) {
-    if (ft == FileType::Q2_K) return T::Q3_K;
-    if (ft == FileType::Q3_K_M) return T::Q4_K;
-    if (ft == FileType::Q3_K_L) return T::Q5_K;
-  }
+  if (role == Role::ffn_down) return boosted(s.mix.ffn_down, s.ffn_down_seen++, s.n_layers, s);
+  if (role == Role::attn_output) return s.mix.attn_output == kBase ? s.base : s.mix.attn_output;
   return s.base;
 }
 
@@ -211,7 +279,6 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDe
   bool tied = true;
   for (const TensorDesc& t : tensors)
     if (role_of(t.name) == Role::output) tied = false;
-  MixState s{p.file_type, p.base_type, 0, 0, 0, false, tied};
   std::vector<TypeChoice> out;
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
@@ -221,7 +288,7 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDe
       out.push_back({t.type, true,
                      "rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(p.base_type) + " blocks"});
     } else if (r == Role::output || (tied && r == Role::token_embd)) {
-      out.push_back(fit_row_length(mix_type(s, r, t), t));
+      out.push_back(fit_row_length(output_projection_type(p.base_type, t), t));
     } else {
       out.push_back(plain(p.base_type));
     }
@@ -249,16 +316,19 @@ std::string preset_names() {
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors) {
   if (!preset.llama_mix) return legacy_types(preset, tensors);
-  if (model.arch != "llama")
-    throw Error("the " + std::string(preset.name) + " mix follows llama-quantize's rules for the llama architecture; "
-                "this model is '" + model.arch + "'");
+  const ArchRule* arch = arch_rule(model.arch);
+  if (!arch) {
+    std::string known;
+    for (const ArchRule& r : kArchRules) known += (known.empty() ? "" : ", ") + std::string(r.arch);
+    throw Error("the " + std::string(preset.name) + " mix follows llama-quantize's rules for the architectures kiln runs (" +
+                known + "); this model is '" + model.arch + "'");
+  }
   if (model.n_experts > 1)
     throw Error("the " + std::string(preset.name) + " mix does not handle mixture-of-experts models (" +
                 std::to_string(model.n_experts) + " experts)");
 
-  MixState s{preset.file_type, preset.base_type, int(model.n_layers), 0,
-             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0,
-             model.n_layers == 80 && model.n_heads != model.n_kv_heads, true};
+  MixState s{k_mix(preset.file_type), preset.base_type, int(model.n_layers), 0,
+             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0, arch->is_70b(model), true};
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
     if (is_value_like(r)) ++s.n_value_like;

@@ -5,9 +5,12 @@
 // most matrices get the preset's base type, but output.weight (or token_embd when the
 // embeddings are tied), attn_v and ffn_down get more bits by layer position, and matrices
 // whose rows are not whole 256-value super-blocks fall back to a legacy 32-value type.
-// choose_types() reproduces the rules of llama.cpp's src/llama-quant.cpp for the llama
-// architecture with no importance matrix, so kiln and llama-quantize write the same types
-// (and, the quantizers being bit-exact, the same bytes).
+// choose_types() reproduces the rules of llama.cpp's src/llama-quant.cpp with no importance
+// matrix for every architecture kiln runs (llama, qwen2, qwen3, gemma, gemma2, gemma3,
+// phi3, mpt), so kiln and llama-quantize write the same types (and, the quantizers being
+// bit-exact, the same bytes). The rules hardly depend on the family: a fused attn_qkv
+// counts as a value projection, tied embeddings make token_embd the output projection,
+// and llama and qwen2 have a 70B size whose value matrices get more bits.
 //
 // The legacy presets (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): every 2-D tensor gets the base type
 // when its rows are whole blocks, and the output projection llama-quantize's Q6_K (Q8_0
@@ -45,7 +48,7 @@ struct Preset {
   std::string_view name;  // as llama-quantize spells it
   FileType file_type;
   TensorType base_type;   // what most matrices get
-  bool llama_mix;         // llama-quantize's per-tensor rules (the K presets)
+  bool llama_mix;         // llama-quantize's per-tensor rules (the K mixes)
 };
 
 // The preset of that name, case-insensitive; Q3_K, Q4_K and Q5_K are aliases of the _M
@@ -76,8 +79,8 @@ struct TypeChoice {
 };
 
 // One choice per tensor, in the order given. Throws kiln::Error (naming the tensor) where
-// llama-quantize would refuse: a K preset on an architecture other than llama or on a
-// mixture-of-experts model.
+// llama-quantize would refuse, or kiln has no rules for: a K preset on an architecture
+// kiln does not run or on a mixture-of-experts model.
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors);
 

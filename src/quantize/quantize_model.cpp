@@ -95,14 +95,17 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
   return out;
 }
 
+// The hyperparameters the K mixes read, from the <arch>.* keys every family kiln runs
+// writes (choose_types refuses an architecture it has no rules for, before using them).
 ModelFacts read_facts(const gguf::File& f) {
   ModelFacts m;
   m.arch = f.get_string("general.architecture", "");
-  if (m.arch != "llama") return m;  // choose_types refuses it; no keys to read
-  m.n_layers = uint32_t(f.get_uint("llama.block_count"));
-  m.n_heads = uint32_t(f.get_uint("llama.attention.head_count"));
-  m.n_kv_heads = uint32_t(f.get_uint("llama.attention.head_count_kv", m.n_heads));
-  m.n_experts = uint32_t(f.get_uint("llama.expert_count", 0));
+  const std::string prefix = m.arch + ".";
+  if (!f.has(prefix + "block_count")) return m;
+  m.n_layers = uint32_t(f.get_uint(prefix + "block_count"));
+  m.n_heads = uint32_t(f.get_uint(prefix + "attention.head_count", 0));
+  m.n_kv_heads = uint32_t(f.get_uint(prefix + "attention.head_count_kv", m.n_heads));
+  m.n_experts = uint32_t(f.get_uint(prefix + "expert_count", 0));
   return m;
 }
 

@@ -12,10 +12,10 @@
 #include <cmath>
 
 #include "kernels/quant.h"
-#include "runtime/hash64.h"
 #include "runtime/kv_evict.h"
 #include "runtime/rope.h"
 #include "runtime/soft_cap.h"
+#include "util/hash64.h"
 
 namespace kiln {
 namespace {

@@ -30,17 +30,6 @@ struct RopeConfig {
   std::string factors_from;         // where freq_factors came from, for describe_rope
 };
 
-// Reads <prefix>rope.scaling.{type,factor,original_context_length,attn_factor} (or the
-// older rope.scale_linear) and the rope_freqs.weight tensor into `c`, whose n_rot must be
-// set. Throws kiln::Error naming the file and the key or tensor.
-void read_rope_scaling(const gguf::File& f, const std::string& prefix, ModelConfig& c);
-
-// Phi-3's LongRoPE: rope_factors_short.weight into c.rope_freq_factors and
-// rope_factors_long.weight into c.rope_freq_factors_long (both or neither; not with
-// rope_freqs.weight). The attention factor is rope.scaling.attn_factor, which
-// read_rope_scaling has read: the converter computes it, llama.cpp reads it as given.
-void read_longrope_factors(const gguf::File& f, ModelConfig& c);
-
 // The model's settings with the session's overrides applied (nothing in `p` set: the
 // model's) for a session of n_ctx positions, which picks LongRoPE's long factors when it
 // exceeds the original context (0: the short ones, what the model is without a session).

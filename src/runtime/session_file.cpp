@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "kiln/error.h"
-#include "runtime/hash64.h"
+#include "util/hash64.h"
 
 namespace kiln {
 namespace {

@@ -16,7 +16,12 @@ class Handler : public nlohmann::json_sax<json> {
   bool null() override { return value(json()); }
   bool boolean(bool v) override { return value(v); }
   bool number_integer(number_integer_t v) override { return integer((int64_t)v); }
-  bool number_unsigned(number_unsigned_t v) override { return integer((int64_t)v); }
+  // Above INT64_MAX only outside the vocabulary (no id is that large): kept unsigned.
+  bool number_unsigned(number_unsigned_t v) override {
+    if (v <= number_unsigned_t(INT64_MAX)) return integer(int64_t(v));
+    if (mode_ == Mode::vocab) return fail("model.vocab id " + std::to_string(v) + " is out of range");
+    return value(v);
+  }
   bool number_float(number_float_t v, const string_t&) override { return value(v); }
   bool binary(binary_t&) override { return fail("binary values are not JSON"); }
 

@@ -11,6 +11,7 @@
 #include "kiln/tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/hf_json_reader.h"
+#include "util/json_number.h"
 #include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
@@ -155,7 +156,16 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   const json& added = j.contains("added_tokens") ? j.at("added_tokens") : kEmpty;
   int64_t max_id = -1;
   for (const auto& [text, id] : doc.vocab) max_id = std::max(max_id, id);
-  for (const json& a : added) max_id = std::max(max_id, a.at("id").get<int64_t>());
+  // An added token's id, range-checked before conversion (a float such as 1.3e92 does not
+  // fit an integer).
+  const auto added_id = [&](const json& a) -> int64_t {
+    try {
+      return json_integer(a.at("id"), "added_tokens id", 0, (1 << 24) - 1);
+    } catch (const Error& e) {
+      cx.fail(e.what());
+    }
+  };
+  for (const json& a : added) max_id = std::max(max_id, added_id(a));
   if (max_id < 0) cx.fail("the vocabulary is empty");
   if (max_id >= (1 << 24)) cx.fail("token id " + std::to_string(max_id) + " is out of range");
   const size_t n = (size_t)max_id + 1;
@@ -177,7 +187,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   };
   for (auto& [text, id] : doc.vocab) place(id, std::move(text), TokenType::normal);
   for (const json& a : added) {
-    place(a.at("id").get<int64_t>(), a.at("content").get<std::string>(),
+    place(added_id(a), a.at("content").get<std::string>(),
           a.value("special", false) ? TokenType::control : TokenType::user_defined);
   }
   for (size_t i = 0; i < n; ++i) {

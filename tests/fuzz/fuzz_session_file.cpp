@@ -13,7 +13,7 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
-#include "runtime/hash64.h"
+#include "util/hash64.h"
 
 namespace {
 

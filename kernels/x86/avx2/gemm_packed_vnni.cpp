@@ -2,7 +2,7 @@
 // VEX-encoded vpdpbusd on ymm. This file alone is built with -mavxvnni
 // (kernels/CMakeLists.txt) and runs only through the avxvnni table, which dispatch.cpp
 // offers when CPUID says the CPU has AVX-VNNI, so the avx2 table stays runnable on
-// CPUs without it. Activations come from the shared AVX2 prepare (gemm_packed.cpp).
+// CPUs without it. Activations are prepared as in the avx2 table (kernels/x86/packed_entry.h).
 #define KILN_PACKED_VNNI 1
 #include "kernels/x86/avx2/packed_kernels.h"
 

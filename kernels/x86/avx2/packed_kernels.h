@@ -38,6 +38,9 @@
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/x86/avx2/gemm_packed.h"
+#include "kernels/x86/avx2/vec.h"
+#include "kernels/x86/packed_entry.h"
+#include "kernels/x86/packed_unpack.h"
 
 #ifndef KILN_PACKED_VNNI
 #error "define KILN_PACKED_VNNI (0 or 1) before including packed_kernels.h"
@@ -332,7 +335,6 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
   __m256 acc[RB][2];
 #pragma GCC unroll 8
   for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     const uint8_t *scpair = rec + 32, *chunks = rec + 288;
@@ -342,24 +344,8 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int P = 0; P < 8; ++P) {
         const uint8_t *ql = chunks + 384 * P + 32 * h, *qh = chunks + 384 * P + 256 + 32 * h;
-        const __m256i h0 = load(qh), h1 = load(qh + 64);
         __m256i w[8];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) {
-          const __m256i l = load(ql + 64 * u);
-          w[u] = _mm256_and_si256(l, low4);
-          w[u + 4] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-        }
-        // Bits 2s..2s+1 of the qh bytes become bits 4..5 (16-bit shifts are fine: the
-        // mask drops whatever crossed from the neighbouring byte).
-        w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(h0, 4), bits45));
-        w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(h0, 2), bits45));
-        w[2] = _mm256_or_si256(w[2], _mm256_and_si256(h0, bits45));
-        w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_srli_epi16(h0, 2), bits45));
-        w[4] = _mm256_or_si256(w[4], _mm256_and_si256(_mm256_slli_epi16(h1, 4), bits45));
-        w[5] = _mm256_or_si256(w[5], _mm256_and_si256(_mm256_slli_epi16(h1, 2), bits45));
-        w[6] = _mm256_or_si256(w[6], _mm256_and_si256(h1, bits45));
-        w[7] = _mm256_or_si256(w[7], _mm256_and_si256(_mm256_srli_epi16(h1, 2), bits45));
+        x86::q6_k_weights<Vec>(ql, qh, w);
         // Lane r: the int16 pair (scale of sub-block 2P, scale of 2P+1) of row 8h+r.
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scpair + 32 * P + 16 * h)));
         if constexpr (kVnni) {
@@ -565,20 +551,7 @@ void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   }
 }
 
-void gemm_packed_impl(const GemmArgs& a) {
-  if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  if (a.x_prepared) return run_packed(a, a.x_prepared, 0, a.n_batch);
-  // No prepared copy: quantize as many activation rows as fit onto the stack at a time.
-  alignas(64) uint8_t buf[kPreparedStackBytes];
-  const size_t stride = act_row_bytes(act_format(a.w_type), a.k);
-  if (stride == 0 || stride > sizeof(buf)) return;  // packed_bytes() refused such weights
-  const size_t rows = sizeof(buf) / stride;
-  for (size_t b0 = 0; b0 < a.n_batch; b0 += rows) {
-    const size_t b1 = b0 + rows < a.n_batch ? b0 + rows : a.n_batch;
-    prepare(a.w_type, a.x + b0 * a.ldx, a.ldx, a.k, 0, b1 - b0, buf);
-    run_packed(a, buf, b0, b1);
-  }
-}
+void gemm_packed_impl(const GemmArgs& a) { x86::PackedActivations<Vec>::gemm<run_packed>(a); }
 
 }  // namespace
 }  // namespace kiln::kernels::avx2

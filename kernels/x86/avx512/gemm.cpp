@@ -1,195 +1,30 @@
-// AVX-512 gemm for F32/F16/BF16 weights against F32 activations.
-//
-// Shape: W rows and X rows are both contiguous along k, so every output is a dot
-// product. A tile keeps RW x RB accumulators of 16 lanes in registers; each k step loads
-// RB activation vectors and converts each of the RW weight vectors once, reusing it
-// across the batch rows.
-//
-// Determinism: for n_batch > 1 every (b, r) output owns exactly one accumulator, fed the
-// products of 16-element chunks in increasing k, then a masked tail chunk, then the same
-// horizontal reduction. Tile shape only decides which outputs share a loop, never the
-// arithmetic, so results do not depend on r0/r1 or which tile an output landed in.
-// A single activation row (decode) takes its own path, one weight row at a time with four
-// accumulators: that keeps one sequential stream per thread, which the hardware
-// prefetchers feed best (measured ~20% more tokens/s than 8-row tiles on TinyLlama F16).
-// Its results are equally independent of the row split, but differ in rounding from the
-// batched path.
+// AVX-512 gemm: float weights by kernels/x86/gemm_float.h over 16 lanes and 32
+// registers, packed quantized weights by gemm_packed.cpp, and Q8_0 / Q4_0 / Q4_K weights
+// in the file's layout by the VNNI paths here.
 //
 // Everything is in an anonymous namespace: no out-of-line AVX-512 copy of a shared
 // inline function can leak to other translation units.
-// GCC 12 flags the deliberately undefined upper lanes inside its own 512->256 extract
-// intrinsics as uninitialized; a false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <climits>
-
-#include <utility>
-
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "kernels/tables.h"
-#include "kernels/x86/gemm_tiles.h"
 #include "kernels/x86/avx512/gemm_packed.h"
+#include "kernels/x86/avx512/vec.h"
+#include "kernels/x86/gemm_float.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
 
-constexpr int kMaxRw = 8;  // weight rows per tile
-constexpr int kMaxRb = 4;  // batch rows per tile
 // Prefill tile: 24 accumulators + 4 activations + 1 weight of the 32 registers. Measured
 // on Zen 5 against 4x6, 5x5, 3x8, 8x3, 7x3, 6x3: more activation rows per tile lose
 // (they stream from L2), more weight rows gain nothing.
-constexpr int kPrefillRw = 6, kPrefillRb = 4;
-
-template <TensorType T>
-inline __m512 load_w(const char* row, size_t i) {
-  if constexpr (T == TensorType::F32) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i));
-    if constexpr (T == TensorType::F16) return _mm512_cvtph_ps(h);
-    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
-// Masked loads never touch memory past the row end (no fault, no uninitialised lanes).
-template <TensorType T>
-inline __m512 load_w_tail(const char* row, size_t i, __mmask16 m) {
-  if constexpr (T == TensorType::F32) {
-    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * i);
-    if constexpr (T == TensorType::F16) return _mm512_cvtph_ps(h);
-    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
-// Fixed tree: 16 -> 8 -> 4 -> 2 -> 1 lanes, identical for every output.
-inline float hsum(__m512 v) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
-}
-
-// The horizontal sums of n <= 16 vectors at once, each by exactly hsum's tree (so the
-// results are bit-identical to n calls of hsum), in 45 shuffles and adds instead of 16 x 8:
-// with head_dim 64 (attention's Q K^T) the sums cost more than the products otherwise.
-// Each step adds the two halves of every vector's live lanes, packing two vectors' results
-// into one: 16 -> 8 lanes (256-bit halves), 8 -> 4 (128-bit quarters), 4 -> 2, 2 -> 1.
-// The packing leaves lane 4q + m holding vector 4m + q, so the inputs go in transposed.
-template <int N>
-inline __attribute__((always_inline)) void hsum_many(const __m512* v, float* out) {
-  static_assert(N >= 1 && N <= 16);
-  __m512 in[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) {
-    const int src = 4 * (i % 4) + i / 4;
-    in[i] = src < N ? v[src] : _mm512_setzero_ps();
-  }
-  __m512 t[8], x[4], p[2];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k)
-    t[k] = _mm512_add_ps(_mm512_shuffle_f32x4(in[2 * k], in[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(in[2 * k], in[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k)
-    x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-#pragma GCC unroll 2
-  for (int k = 0; k < 2; ++k)
-    p[k] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  if constexpr (N == 16) _mm512_storeu_ps(out, s);
-  else _mm512_mask_storeu_ps(out, (__mmask16)((1u << N) - 1), s);
-}
-
-// hsum of N vectors into out[0, N): batched where that is cheaper (from 6 vectors on).
-template <int N>
-inline __attribute__((always_inline)) void hsums(const __m512* v, float* out) {
-  if constexpr (N >= 16) {
-    hsum_many<16>(v, out);
-    hsums<N - 16>(v + 16, out + 16);
-  } else if constexpr (N >= 6) {
-    hsum_many<N>(v, out);
-  } else {
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) out[i] = hsum(v[i]);
-  }
-}
-
-template <TensorType T, int RW, int RB>
-void tile(const GemmArgs& a, size_t r, size_t b) {
-  const char* w = static_cast<const char*>(a.w) + r * a.w_row_bytes;
-  const float* x = a.x + b * a.ldx;
-  const size_t wrb = a.w_row_bytes, ldx = a.ldx, k = a.k, k16 = k & ~size_t{15};
-
-  __m512 acc[RW][RB];
-#pragma GCC unroll 8
-  for (int i = 0; i < RW; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < RB; ++j) acc[i][j] = _mm512_setzero_ps();
-
-  for (size_t i = 0; i < k16; i += 16) {
-    __m512 xv[RB];
-#pragma GCC unroll 4
-    for (int j = 0; j < RB; ++j) xv[j] = _mm512_loadu_ps(x + j * ldx + i);
-#pragma GCC unroll 8
-    for (int rr = 0; rr < RW; ++rr) {
-      const __m512 wv = load_w<T>(w + rr * wrb, i);
-#pragma GCC unroll 4
-      for (int j = 0; j < RB; ++j) acc[rr][j] = _mm512_fmadd_ps(wv, xv[j], acc[rr][j]);
-    }
-  }
-  if (k16 < k) {
-    const __mmask16 m = (__mmask16)((1u << (k - k16)) - 1);
-    __m512 xv[RB];
-#pragma GCC unroll 4
-    for (int j = 0; j < RB; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x + j * ldx + k16);
-#pragma GCC unroll 8
-    for (int rr = 0; rr < RW; ++rr) {
-      const __m512 wv = load_w_tail<T>(w + rr * wrb, k16, m);
-#pragma GCC unroll 4
-      for (int j = 0; j < RB; ++j) acc[rr][j] = _mm512_fmadd_ps(wv, xv[j], acc[rr][j]);
-    }
-  }
-  float sums[RW * RB];
-  hsums<RW * RB>(&acc[0][0], sums);
-#pragma GCC unroll 8
-  for (int rr = 0; rr < RW; ++rr)
-#pragma GCC unroll 4
-    for (int j = 0; j < RB; ++j) a.y[(b + j) * a.ldy + r + rr] = sums[rr * RB + j];
-}
-
-// Decode (one activation row): one weight row at a time as a single sequential stream,
-// four accumulators over consecutive 16-element chunks to hide FMA latency.
-template <TensorType T>
-void matvec_rows(const GemmArgs& a) {
-  const size_t k = a.k, k64 = k & ~size_t{63}, k16 = k & ~size_t{15};
-  for (size_t r = a.r0; r < a.r1; ++r) {
-    const char* w = static_cast<const char*>(a.w) + r * a.w_row_bytes;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
-           acc3 = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i < k64; i += 64) {
-      acc0 = _mm512_fmadd_ps(load_w<T>(w, i), _mm512_loadu_ps(a.x + i), acc0);
-      acc1 = _mm512_fmadd_ps(load_w<T>(w, i + 16), _mm512_loadu_ps(a.x + i + 16), acc1);
-      acc2 = _mm512_fmadd_ps(load_w<T>(w, i + 32), _mm512_loadu_ps(a.x + i + 32), acc2);
-      acc3 = _mm512_fmadd_ps(load_w<T>(w, i + 48), _mm512_loadu_ps(a.x + i + 48), acc3);
-    }
-    for (; i < k16; i += 16) acc0 = _mm512_fmadd_ps(load_w<T>(w, i), _mm512_loadu_ps(a.x + i), acc0);
-    if (k16 < k) {
-      const __mmask16 m = (__mmask16)((1u << (k - k16)) - 1);
-      acc1 = _mm512_fmadd_ps(load_w_tail<T>(w, k16, m), _mm512_maskz_loadu_ps(m, a.x + k16), acc1);
-    }
-    a.y[r] = hsum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-  }
-}
+// Batches of up to 3 rows are bandwidth bound like decode: one pass of 8-row tiles.
+constexpr x86::FloatGemmShape kShape{
+    .max_rb = 4, .small_batch = 3, .x_budget = 512 * 1024, .prefill_rw = 6, .prefill_rb = 4};
+using FloatGemm = x86::FloatGemm<Vec, kShape>;
 
 // Quantized decode: one weight row at a time, each 32-element block turned into two
 // vectors of floats (q * d) and multiplied into the activations; even and odd blocks
@@ -230,7 +65,7 @@ void matvec_quant(const GemmArgs& a) {
       acc[p] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), acc[p]);
       acc[p + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), acc[p + 1]);
     }
-    a.y[r] = hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    a.y[r] = Vec::hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
   }
 }
 
@@ -244,30 +79,6 @@ void matvec_quant(const GemmArgs& a) {
 constexpr size_t kMaxQuantK = 16384;
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-void quantize_activations(const float* x, size_t n_blocks, int8_t* q, float* d, int32_t* q_sum) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    // As ggml's Q8_0 activations: the scale is kept in fp16 and q rounds half away from
-    // zero, so products match what llama.cpp computes for the same file.
-    const float scale = amax / 127.0f;
-    d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
-    const __m512 inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-    const auto round_away = [&](__m512 v) {
-      const __m512 t = _mm512_mul_ps(v, inv);
-      const __m512 h = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign_bit),
-                                                           _mm512_castps_si512(half)));
-      return _mm512_cvttps_epi32(_mm512_add_ps(t, h));
-    };
-    const __m512i i0 = round_away(v0), i1 = round_away(v1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
-    q_sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-  }
-}
 
 inline float block_scale(const uint8_t* blk) {
   uint16_t dh;
@@ -365,7 +176,7 @@ inline void row_dot_int8(const uint8_t* w, const int8_t* const* xq, const float*
   __m512 acc[NB];
   row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc);
 #pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) *out[j] = hsum(acc[j]);
+  for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
 }
 
 // Q4_K against the same 8-bit activations: a 256-element super-block holds 8 sub-blocks
@@ -421,7 +232,7 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
   for (int j = 0; j < NB; ++j) {
     const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[j]), _mm256_extractf128_ps(mins[j], 1));
     const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-    *out[j] = hsum(acc[j]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+    *out[j] = Vec::hsum(acc[j]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
   }
 }
 
@@ -445,7 +256,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
   const size_t w_row_bytes = a.w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
-    for (size_t b = 0; b < nb; ++b) quantize_activations(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+    for (size_t b = 0; b < nb; ++b) Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
     // Activation rows b..b+3 as row_dot takes them, and one output from row b alone.
     struct Four {
       const int8_t* q[4];
@@ -477,7 +288,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
 #pragma GCC unroll 4
           for (int i = 0; i < 4; ++i) row_acc_int8<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i);
           float sums[16];
-          hsums<16>(acc, sums);
+          Vec::hsums<16>(acc, sums);
           for (int i = 0; i < 4; ++i)
             for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
         }
@@ -499,21 +310,9 @@ void gemm_quant_vnni(const GemmArgs& a) {
   }
 }
 
-template <TensorType T, int RW, int RB>
-struct Tile {
-  static void run(const GemmArgs& a, size_t r, size_t b) { tile<T, RW, RB>(a, r, b); }
-};
-using Table = x86::TileTable<Tile, kMaxRw, kMaxRb>;
-constexpr Table kF32 = Table::make<TensorType::F32>();
-constexpr Table kF16 = Table::make<TensorType::F16>();
-constexpr Table kBF16 = Table::make<TensorType::BF16>();
-
-
 }  // namespace
 
 // Quantized weights run on the scalar reference until they get SIMD paths here.
-bool gemm_supports(TensorType t) { return scalar_ops().gemm_supports(t); }
-
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
   if (a.w_packed) return gemm_packed(a);
@@ -524,32 +323,7 @@ void gemm(const GemmArgs& a) {
   }
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
-  if (a.w_type != TensorType::F32 && a.w_type != TensorType::F16 && a.w_type != TensorType::BF16) {
-    scalar_ops().gemm(a);
-    return;
-  }
-  const Table& t = a.w_type == TensorType::F32 ? kF32
-                       : a.w_type == TensorType::F16 ? kF16
-                                                     : kBF16;
-  if (a.n_batch == 1) {
-    if (a.w_type == TensorType::F16) matvec_rows<TensorType::F16>(a);
-    else if (a.w_type == TensorType::F32) matvec_rows<TensorType::F32>(a);
-    else matvec_rows<TensorType::BF16>(a);
-    return;
-  }
-  if (a.n_batch <= 3) {
-    // Decode-like: bandwidth bound; 8 rows give 8 independent FMA chains and 8 streams
-    // in flight (software prefetch and fewer rows measured no better).
-    t.run(a, 0, a.n_batch, kMaxRw, (int)a.n_batch);
-    return;
-  }
-  // Prefill: compute bound. Take the batch in blocks whose activations stay in L2 while
-  // the weight rows of a tile (hot in L1) are swept across the block.
-  const size_t x_budget = 512 * 1024;
-  size_t block = x_budget / (a.k * sizeof(float) + 1);
-  block = block < kMaxRb ? kMaxRb : block - block % kMaxRb;
-  for (size_t b0 = 0; b0 < a.n_batch; b0 += block)
-    t.run(a, b0, min_size(b0 + block, a.n_batch), kPrefillRw, kPrefillRb);
+  if (!FloatGemm::run(a)) scalar_ops().gemm(a);
 }
 
 }  // namespace kiln::kernels::avx512

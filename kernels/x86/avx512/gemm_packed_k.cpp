@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "kernels/x86/avx512/packed_tiles.h"
+#include "kernels/x86/avx512/vec.h"
+#include "kernels/x86/packed_unpack.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -72,7 +74,6 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
   __m512 acc[RB];
 #pragma GCC unroll 16
   for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     const uint8_t *scpair = rec + 32, *chunks = rec + 288;
@@ -81,23 +82,8 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       const uint8_t *ql = chunks + 384 * P, *qh = ql + 256;
-      const __m512i h0 = load(qh), h1 = load(qh + 64);
       __m512i w[8];
-      for (int u = 0; u < 4; ++u) {
-        const __m512i l = load(ql + 64 * u);
-        w[u] = _mm512_and_si512(l, low4);
-        w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
-      }
-      // Bits 2s..2s+1 of the qh bytes become bits 4..5 (16-bit shifts are fine: the mask
-      // drops whatever crossed from the neighbouring byte).
-      w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h0, 4), bits45));
-      w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h0, 2), bits45));
-      w[2] = _mm512_or_si512(w[2], _mm512_and_si512(h0, bits45));
-      w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_srli_epi16(h0, 2), bits45));
-      w[4] = _mm512_or_si512(w[4], _mm512_and_si512(_mm512_slli_epi16(h1, 4), bits45));
-      w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_slli_epi16(h1, 2), bits45));
-      w[6] = _mm512_or_si512(w[6], _mm512_and_si512(h1, bits45));
-      w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(h1, 2), bits45));
+      x86::q6_k_weights<Vec>(ql, qh, w);
       const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scpair + 32 * P)));
       const __m512i sc_a = _mm512_srai_epi32(_mm512_slli_epi32(sc16, 16), 16), sc_b = _mm512_srai_epi32(sc16, 16);
 #pragma GCC unroll 16

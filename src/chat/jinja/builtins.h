@@ -21,6 +21,9 @@ Value get_attr(const Value& object, const std::string& name);
 // Jinja2's environment.getitem: an item first, then an attribute.
 Value get_item(const Value& object, const Value& key);
 Value slice(const Value& object, const Value& start, const Value& stop, const Value& step);
+// The item a lookup path's part names ("items.0", "{0[12]}"): a run of decimal digits is
+// an integer index (saturated past int64: only ever out of range), anything else a key.
+Value path_key(const std::string& part);
 // Refuses results beyond this many bytes or items ('x' * 10**12), so a template cannot
 // exhaust memory or time: a prompt is at most a few MiB of text.
 constexpr size_t kMaxResultSize = size_t(32) << 20;  // bytes of one string, and of the output

@@ -534,8 +534,7 @@ Value attribute_path(const Value& object, const Value& path) {
   if (path.is_int()) return get_item(object, path);
   Value v = object;
   for (const std::string& part : python_split(path.to_string(), Value("."), -1)) {
-    const bool numeric = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    v = get_item(v, numeric ? Value((int64_t)std::stoll(part)) : Value(part));
+    v = get_item(v, path_key(part));
   }
   return v;
 }

@@ -57,7 +57,12 @@ int64_t integer_arg(const Value& v, char conversion) {
   if (v.is_float()) {
     if (conversion == 'x' || conversion == 'X' || conversion == 'o')
       throw TemplateError(std::string("%") + conversion + " format: an integer is required, not float");
-    return (int64_t)std::trunc(v.as_double());
+    const double d = std::trunc(v.as_double());
+    // Python's ints are unbounded; ours are not, and converting past them is undefined.
+    if (!std::isfinite(d) || std::fabs(d) >= 0x1p63)
+      throw TemplateError(std::string("%") + conversion + " format: " + std::to_string(v.as_double()) +
+                          " is too large for an integer");
+    return (int64_t)d;
   }
   if (!v.is_int() && !v.is_bool())
     throw TemplateError(std::string("%") + conversion + " format: a real number is required, not " + v.type_name());
@@ -323,8 +328,7 @@ Value lookup_field(const std::string& field, const CallArgs& args, size_t& auto_
       const size_t close = field.find(']', end);
       if (close == std::string::npos) throw TemplateError("Missing ']' in format string");
       const std::string key = field.substr(end + 1, close - end - 1);
-      const bool numeric = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
-      v = get_item(v, numeric ? Value((int64_t)std::stoll(key)) : Value(key));
+        v = get_item(v, path_key(key));
       end = close + 1 < field.size() ? close + 1 : std::string::npos;
     }
   }

@@ -262,6 +262,13 @@ Value get_item(const Value& object, const Value& key) {
   return Value::undefined(type_object(object) + " has no element " + key.repr());
 }
 
+Value path_key(const std::string& part) {
+  if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) return Value(part);
+  int64_t n = 0;
+  for (char c : part) n = n > (INT64_MAX - (c - '0')) / 10 ? INT64_MAX : n * 10 + (c - '0');
+  return Value(n);
+}
+
 Value slice(const Value& object, const Value& start, const Value& stop, const Value& step_value) {
   object.require_defined();
   // Jinja2 compiles slices to Python's obj[a:b:c], bypassing its getitem: no Undefined here.
