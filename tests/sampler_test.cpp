@@ -627,3 +627,42 @@ TEST(SamplerErrors, RejectsBadInput) {
 
 }  // namespace
 }  // namespace kiln
+
+// ---- ranges (kiln::validate, shared by the CLI, chat's /set and the constructor) ----
+
+namespace kiln {
+
+TEST(SamplerRanges, OutOfRangeSettingsNameTheSettingAndTheRange) {
+  const auto message = [](auto change) {
+    SamplerParams p;
+    change(p);
+    try {
+      validate(p);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 7; }), "top_p (--top-p) must be in [0, 1] (1: off), got 7");
+  EXPECT_EQ(message([](SamplerParams& p) { p.min_p = -0.25f; }), "min_p (--min-p) must be in [0, 1] (0: off), got -0.25");
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_k = -1; }), "top_k (--top-k) must be >= 0 (0: off), got -1");
+  EXPECT_EQ(message([](SamplerParams& p) { p.repeat_penalty = 0; }),
+            "repeat_penalty (--repeat-penalty) must be > 0 (1: off), got 0");
+  EXPECT_EQ(message([](SamplerParams& p) { p.temperature = -1; }), "temperature (--temp) must be >= 0 (0: greedy), got -1");
+  EXPECT_EQ(message([](SamplerParams& p) { p.temperature = NAN; }).rfind("temperature (--temp)", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = NAN; }).rfind("top_p (--top-p)", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.presence_penalty = INFINITY; }).rfind("presence_penalty", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.penalty_last_n = -2; }).rfind("penalty_last_n (--repeat-last-n)", 0), 0u);
+  // The edges are valid.
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 1, p.min_p = 0, p.top_k = 0, p.temperature = 0; }), "(accepted)");
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 0, p.min_p = 1, p.penalty_last_n = -1; }), "(accepted)");
+  // The constructor and set_params refuse the same, leaving the sampler as it was.
+  SamplerParams bad;
+  bad.top_p = 1.5f;
+  EXPECT_THROW(Sampler(bad, 8), UsageError);
+  Sampler s(SamplerParams{}, 8);
+  EXPECT_THROW(s.set_params(bad), UsageError);
+  EXPECT_EQ(s.params().top_p, 0.95f);
+}
+
+}  // namespace kiln
