@@ -167,7 +167,7 @@ TEST(VocabFiles, WithoutVectorsStillLoadAndRoundTrip) {
 // The pieces below are worked out by hand from those four stages; GPT-2's split alone
 // would give " ,world" and " 1234567".
 TEST(VocabFiles, MissingPreSplitsAsLlamaCppsDefault) {
-  const Pretokenizer p = Pretokenizer::for_ggml_pre("");
+  const Pretokenizer p = Pretokenizer::for_ggml_pre("", nullptr);
   const auto pieces = [&p](std::string_view text) {
     std::vector<std::string> out;
     for (std::string_view piece : p.split(text)) out.emplace_back(piece);
