@@ -71,17 +71,17 @@ TEST(CliModelPath, MissingModelIsOneErrorLine) {
   const std::string dir = temp_dir();
   for (const std::string path : {dir + "/missing.gguf", dir + "/missing.bin", dir + "/missing", std::string("missing.bin"),
                                  std::string("models/typo.gguf")}) {
-    expect_one_line_error(kiln_run("run " + shell_quote(path) + " -n 4"), 1, path + ": no such model file");
+    expect_one_line_error(kiln_run("run " + shell_quote(path) + " -n 4"), 1, path + ": cannot open: no such model file");
     expect_one_line_error(kiln_run("run " + shell_quote(path) + " 'Once upon a time' -n 4"), 1,
-                          path + ": no such model file");
-    expect_one_line_error(kiln_run("chat " + shell_quote(path), "hi\n"), 1, path + ": no such model file");
-    expect_one_line_error(kiln_run("bench " + shell_quote(path) + " -p 4 -n 4 -r 1"), 1, path + ": no such model file");
-    expect_one_line_error(kiln_run("info " + shell_quote(path)), 1, path + ": no such model file");
-    expect_one_line_error(kiln_run("tokenize " + shell_quote(path) + " hi"), 1, path + ": no such model file");
+                          path + ": cannot open: no such model file");
+    expect_one_line_error(kiln_run("chat " + shell_quote(path), "hi\n"), 1, path + ": cannot open: no such model file");
+    expect_one_line_error(kiln_run("bench " + shell_quote(path) + " -p 4 -n 4 -r 1"), 1, path + ": cannot open: no such model file");
+    expect_one_line_error(kiln_run("info " + shell_quote(path)), 1, path + ": cannot open: no such model file");
+    expect_one_line_error(kiln_run("tokenize " + shell_quote(path) + " hi"), 1, path + ": cannot open: no such model file");
     const std::string text = dir + "/text.txt";
     write_file(text, "Once upon a time there was a cat.\n");
     expect_one_line_error(kiln_run("perplexity " + shell_quote(path) + " -f " + shell_quote(text)), 1,
-                          path + ": no such model file");
+                          path + ": cannot open: no such model file");
   }
   // A prompt is still a prompt.
   auto prompt = kiln_run("run 'Once upon a time' -n 2 --temp 0 -t 1 -m " + shell_quote(model()));

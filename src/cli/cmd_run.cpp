@@ -72,7 +72,7 @@ int run(RunOptions& o) {
     std::error_code ec;
     // Never the default model with the path as its prompt.
     if (args.empty() && !std::filesystem::exists(o.model.model, ec))
-      throw Error(o.model.model + ": no such model file (for a prompt that looks like a path, use -p)");
+      throw Error(o.model.model + ": cannot open: no such model file (for a prompt that looks like a path, use -p)");
   }
   if (args.size() > 1) throw UsageError("too many arguments: expected [MODEL] [PROMPT]");
   int sources = (!args.empty()) + o.prompt_given + !o.prompt_file.empty();

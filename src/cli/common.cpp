@@ -265,7 +265,7 @@ bool looks_like_model(const std::string& arg) {
 
 std::string resolve_model_path(const std::string& given) {
   std::error_code ec;
-  if (!given.empty() && !std::filesystem::exists(given, ec)) throw Error(given + ": no such model file");
+  if (!given.empty() && !std::filesystem::exists(given, ec)) throw Error(given + ": cannot open: no such model file");
   if (!given.empty()) return given;
   const std::string rel = "models/stories260K.gguf";
   if (std::filesystem::exists(rel, ec)) return rel;
