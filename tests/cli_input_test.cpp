@@ -132,12 +132,15 @@ TEST(CliRanges, OutOfRangeSettingsAreRefused) {
   expect_usage_error(kiln_run("bench " + m + " -n -1"), "--n-gen", "bench -n -1");
 
   // chat's /set: the same words, one line, and the chat goes on with its settings.
-  auto chat = kiln_run("chat " + m + " -n 4 --temp 0", "/set top_p 7\n/set temp -1\n/show parameters\n");
+  auto chat = kiln_run("chat " + m + " -n 4 --temp 0", "/set top_p 7\n/set temp -1\n/set num_predict -2\n/show parameters\n");
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_NE(chat.err.find("top_p (--top-p) must be in [0, 1] (1: off), got 7"), std::string::npos) << chat.err;
   EXPECT_NE(chat.err.find("temperature (--temp) must be >= 0 (0: greedy), got -1"), std::string::npos) << chat.err;
   EXPECT_NE(chat.err.find("top_p 0.95"), std::string::npos) << "settings changed by a refused /set: " << chat.err;
   EXPECT_NE(chat.err.find("temp 0\n"), std::string::npos) << chat.err;
+  EXPECT_NE(chat.err.find("/set num_predict must be >= -1 (-1: until end of text or full context), got -2"),
+            std::string::npos) << chat.err;
+  EXPECT_NE(chat.err.find("num_predict 4"), std::string::npos) << chat.err;
 
   // The edges themselves are valid.
   auto edges = kiln_run("run " + m + " hi --top-p 1 --min-p 0 --top-k 0 --temp 0 -n -1 -t 1 -c 64 --quiet");

@@ -73,7 +73,9 @@ void set_parameter(ChatState& s, const std::string& name, const std::string& val
   else if (name == "repeat_penalty") p.repeat_penalty = parse_number<float>(name, value);
   else if (name == "seed") p.seed = value == "-1" ? SamplerParams::kRandomSeed : parse_number<uint64_t>(name, value);
   else if (name == "num_predict" || name == "n_predict") {
-    s.gen.n_predict = parse_number<int32_t>(name, value);
+    const int32_t n = parse_number<int32_t>(name, value);
+    if (n < -1) throw UsageError("/set num_predict must be >= -1 (-1: until end of text or full context), got " + value);
+    s.gen.n_predict = n;
     say("(num_predict " + value + ")");
     return;
   } else {
