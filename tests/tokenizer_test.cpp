@@ -31,9 +31,10 @@ struct VocabCase {
 
 // NAME.gguf.inp: inputs each followed by "\n__ggml_vocab_test__\n"; NAME.gguf.out: one
 // line of space-separated ids per input.
-std::vector<VocabCase> load_cases(const std::string& gguf_rel) {
-  const std::string inp = test::read_file(test::shared_path(gguf_rel + ".inp"));
-  const std::string outp = test::read_file(test::shared_path(gguf_rel + ".out"));
+// `dir`: ../shared, or tests/data for vectors made here (tests/data/vocab/README.md).
+std::vector<VocabCase> load_cases(const std::string& gguf_rel, const std::string& dir = test::shared_dir()) {
+  const std::string inp = test::read_file(dir + "/" + gguf_rel + ".inp");
+  const std::string outp = test::read_file(dir + "/" + gguf_rel + ".out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<VocabCase> cases;
   for (size_t pos = 0; pos < inp.size();) {
@@ -178,6 +179,13 @@ TEST(VocabFiles, MissingPreSplitsAsLlamaCppsDefault) {
   EXPECT_EQ(pieces("it costs 1234567 dollars"), (Pieces{"it", " costs", " ", "123", "456", "7", " dollars"}));
   EXPECT_EQ(pieces("a+=b... $5"), (Pieces{"a", "+=", "b", "...", " ", "$", "5"}));
   EXPECT_EQ(pieces("x  \ty 42"), (Pieces{"x", "  ", "\t", "y", " ", "42"}));
+  // llama.cpp's own ids for gpt-neox on the 46 inputs of its vocabulary tests (made with
+  // llama-tokenize: tests/data/vocab/README.md).
+  auto neox_file = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
+  const auto cases = load_cases("vocab/ggml-vocab-gpt-neox.gguf", std::string(KILN_SOURCE_DIR) + "/tests/data");
+  ASSERT_EQ(cases.size(), 46u);
+  for (const VocabCase& c : cases)
+    EXPECT_EQ(ids_to_string(neox_file->encode(c.input, false)), ids_to_string(c.expected)) << "input [" << c.input << "]";
   // The tokens of the file follow those boundaries: no token spans "123|456|7" or the
   // space before the number.
   auto neox = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
@@ -194,7 +202,8 @@ TEST(VocabFiles, MissingPreSplitsAsLlamaCppsDefault) {
 // Phi-3 (GGUF has no key for it): every control/user-defined/unknown token except <unk>,
 // <s> and <|endoftext|>. Expected ids follow llama.cpp's rules: a special token, then the
 // text after it minus its leading whitespace, tokenized as plain text (with SentencePiece's
-// space prefix, which llama.cpp gives every text fragment after a special token).
+// space prefix, which llama.cpp gives every text fragment after a special token), and
+// llama-tokenize gives the same ids.
 TEST(VocabFiles, Phi3SpecialTokensTakeTheWhitespaceAfterThem) {
   auto tok = gguf_tokenizer("vocab/ggml-vocab-phi-3.gguf");
   const auto plain = [&tok](std::string_view text) { return tok->encode(text, false); };
@@ -211,6 +220,14 @@ TEST(VocabFiles, Phi3SpecialTokensTakeTheWhitespaceAfterThem) {
   EXPECT_EQ(tok->encode("Hi <|endoftext|> you", false, true), cat({plain("Hi "), {endoftext}, plain(" you")}));
   // Without special parsing the text is text.
   EXPECT_EQ(tok->encode("<|end|>\nx", false, false), plain("<|end|>\nx"));
+  // The same inputs through llama.cpp's llama-tokenize (--ids --no-bos; built as in
+  // tests/data/vocab/README.md), 2026-12-03.
+  EXPECT_EQ(tok->encode("<|user|>\nHello<|end|>\n<|assistant|>", false, true),
+            (std::vector<int32_t>{32010, 15043, 32007, 32001}));
+  EXPECT_EQ(tok->encode("<|user|> \t Hi there <|end|>  \n", false, true),
+            (std::vector<int32_t>{32010, 6324, 727, 29871, 32007}));
+  EXPECT_EQ(tok->encode("Hi <|endoftext|> you", false, true), (std::vector<int32_t>{6324, 29871, 32000, 29871, 366}));
+  EXPECT_EQ(tok->encode("<|end|>\nx", false, true), (std::vector<int32_t>{32007, 921}));
 }
 
 // tok512.model was trained with remove_extra_whitespaces=true (its default), which GGUF
