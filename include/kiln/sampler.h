@@ -9,7 +9,7 @@
 namespace kiln {
 
 struct SamplerParams {
-  float temperature = 0.8f;     // <= 0: greedy (argmax after penalties)
+  float temperature = 0.8f;     // 0: greedy (argmax after penalties)
   int32_t top_k = 40;           // 0: off
   float top_p = 0.95f;          // 1: off
   float min_p = 0.05f;          // 0: off
