@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kiln/gguf.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "test_util.h"
 
 using namespace kiln::test;
