@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "kiln/gguf.h"
+#include "model_gen/generate_model.h"
 #include "test_util.h"
 
 using namespace kiln::test;
@@ -41,11 +43,27 @@ std::vector<std::string> cells(const std::string& row) {
   return out;
 }
 
+// The weight bytes a generated token reads: every tensor, but only one row of the token
+// embedding table unless the output projection is that table (no output.weight).
+uint64_t bytes_per_token(const std::string& path) {
+  const auto file = kiln::gguf::File::open(path);
+  uint64_t total = 0, embd = 0, embd_row = 0;
+  bool tied = true;
+  for (const auto& t : file->tensors()) {
+    total += t.n_bytes;
+    if (t.name == "token_embd.weight") embd = t.n_bytes, embd_row = t.row_bytes();
+    if (t.name == "output.weight") tied = false;
+  }
+  return tied ? total : total - embd + embd_row;
+}
+
 }  // namespace
 
-// A tg row streams every weight once per token: GB/s = model bytes x tokens/s / 1e9.
+// A tg row streams the weights once per token: GB/s = bytes read per token x tokens/s /
+// 1e9; stories260K has its own output.weight, so a token reads one row of its 512 x 64
+// f32 embedding table: 1,171,200 - 131,072 + 256 = 1,040,384 bytes.
 // Prompt rows have no such figure; nor is there a roofline unless asked for.
-TEST(BenchBandwidth, WeightsGbsIsModelBytesTimesTokensPerSecond) {
+TEST(BenchBandwidth, WeightsGbsIsBytesPerTokenTimesTokensPerSecond) {
   const auto rows = bench_json("-p 16 -n 16 -r 2 -t 1");
   ASSERT_EQ(rows.size(), 2u);
   int tg = 0;
@@ -57,7 +75,8 @@ TEST(BenchBandwidth, WeightsGbsIsModelBytesTimesTokensPerSecond) {
       continue;
     }
     ++tg;
-    const double want = row["model_size"].get<double>() * row["avg_ts"].get<double>() / 1e9;
+    EXPECT_EQ(bytes_per_token(model()), 1040384u);
+    const double want = double(bytes_per_token(model())) * row["avg_ts"].get<double>() / 1e9;
     EXPECT_GT(want, 0.0);
     EXPECT_NEAR(row["weights_gbs"].get<double>(), want, want * 1e-12) << row.dump();
   }
@@ -69,6 +88,36 @@ TEST(BenchBandwidth, WeightsGbsIsModelBytesTimesTokensPerSecond) {
   ASSERT_EQ(lines.size(), 3u) << csv.out;
   EXPECT_NE(lines[0].find(",avg_ts,stddev_ts,weights_gbs,roofline_gbs,roofline_pct"), std::string::npos) << lines[0];
   EXPECT_NE(lines[1].find(",,,"), std::string::npos) << "pp row: empty bandwidth cells: " << lines[1];
+}
+
+// A token reads one row of the embedding table, not all of it, unless the output is tied
+// to the table (then the output reads all of it). A 32,000-token vocabulary on a tiny
+// model is most of the file: counting all of it overstated weights_gbs by about 2x.
+TEST(BenchBandwidth, WeightsGbsCountsOneEmbeddingRow) {
+  for (const bool tied : {false, true}) {
+    kiln::gen::GenerateOptions o;
+    o.shape = *kiln::gen::find_shape("tiny");
+    o.type = kiln::TensorType::F16;
+    o.tie_output = tied;
+    const std::string path = temp_dir() + (tied ? "/tied.gguf" : "/untied.gguf");
+    kiln::gen::build_model(o, *kiln::gguf::File::open(shared_path("vocab/ggml-vocab-llama-spm.gguf"))).write(path);
+    const auto file = kiln::gguf::File::open(path);
+    uint64_t total = 0, embd = 0, embd_row = 0;
+    for (const auto& t : file->tensors()) {
+      total += t.n_bytes;
+      if (t.name == "token_embd.weight") embd = t.n_bytes, embd_row = t.row_bytes();
+    }
+    ASSERT_GT(embd, total / (tied ? 2 : 3)) << "the embedding table should be a big share of the file";
+    const uint64_t per_token = tied ? total : total - embd + embd_row;
+    EXPECT_EQ(bytes_per_token(path), per_token);
+    auto r = kiln_run("bench " + shell_quote(path) + " -p 0 -n 8 -r 1 -t 1 -o json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto rows = nlohmann::json::parse(r.out);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["model_size"].get<uint64_t>(), total);
+    const double want = double(per_token) * rows[0]["avg_ts"].get<double>() / 1e9;
+    EXPECT_NEAR(rows[0]["weights_gbs"].get<double>(), want, want * 1e-12) << (tied ? "tied " : "untied ") << rows[0].dump();
+  }
 }
 
 // --roofline measures the read bandwidth right before each tg repetition (the machine's
@@ -98,7 +147,7 @@ TEST(BenchBandwidth, RooflineLineIsPlausibleAndRowsUseIt) {
     const auto c = cells(line);
     ASSERT_EQ(c.size(), 10u) << line;  // model size params backend threads test t/s GB/s roofline %
     const double ts = std::stod(c[6]), gbs = std::stod(c[7]), roofline = std::stod(c[8]), pct = std::stod(c[9]);
-    EXPECT_NEAR(gbs, 1171200.0 * ts / 1e9, 0.006 + gbs * 1e-3) << line;  // the file's tensor bytes
+    EXPECT_NEAR(gbs, 1040384.0 * ts / 1e9, 0.006 + gbs * 1e-3) << line;  // bytes_per_token(model())
     // Two measurements: their mean is the median.
     EXPECT_NEAR(roofline, median, 0.006 + roofline * 1e-3) << line;
     // The row prints both rates to 0.01 GB/s and pct comes from the unrounded ones: at
@@ -144,8 +193,9 @@ TEST(BenchCompare, AlternatesEnginesAndPrintsRatios) {
   auto r = run_command("LLAMA_CPP=" + shell_quote(dir + "/build") + " KILN=" + shell_quote(dir + "/kiln") + " " +
                        script + " " + models + opts);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // Round 1 runs kiln first, round 2 llama.cpp first; same -p/-n/-t/-r for both.
-  const std::string k = "kiln bench ", l = "llama -m ", same = " -p 16 -n 8 -t 1 -r 1 -o json";
+  // Round 1 runs kiln first, round 2 llama.cpp first; same -p/-n/-t/-r for both, and the
+  // same -fa: the engines' "auto" differ (llama.cpp's is on for a CPU, kiln's is not).
+  const std::string k = "kiln bench ", l = "llama -m ", same = " -p 16 -n 8 -t 1 -fa 1 -r 1 -o json";
   const std::vector<std::string> want = {
       k + model() + same + " --quiet", l + model() + same, k + copy + same + " --quiet", l + copy + same,
       l + model() + same, k + model() + same + " --quiet", l + copy + same, k + copy + same + " --quiet"};
@@ -166,6 +216,13 @@ TEST(BenchCompare, AlternatesEnginesAndPrintsRatios) {
   }
   EXPECT_EQ(rows, 4) << r.out;
   EXPECT_NE(r.out.find(dir + "/build/bin/llama-bench -m " + model() + same), std::string::npos) << r.out;
+
+  write_file(log, "");
+  auto off = run_command("LLAMA_CPP=" + shell_quote(dir + "/build") + " KILN=" + shell_quote(dir + "/kiln") + " " +
+                         script + " " + shell_quote(model()) + " -p 16 -n 8 -t 1 -r 1 --rounds 1 -fa 0");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const std::string same_off = " -p 16 -n 8 -t 1 -fa 0 -r 1 -o json";
+  EXPECT_EQ(lines_of(read_file(log)), (std::vector<std::string>{k + model() + same_off + " --quiet", l + model() + same_off}));
 
   auto unset = run_command("env -u LLAMA_CPP " + script + " " + models);
   EXPECT_EQ(unset.exit_code, 1);

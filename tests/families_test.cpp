@@ -26,7 +26,7 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/tokenizer.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "sha256.h"
 #include "test_util.h"
 

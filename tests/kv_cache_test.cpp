@@ -253,7 +253,7 @@ TEST(KvCacheQuality, PerplexityChangeOnStories) {
   EXPECT_LT(std::fabs(ppl("-ctk bf16 -ctv bf16") / f32 - 1), 0.001);
   EXPECT_LT(std::fabs(ppl("-ctk q8_0 -ctv q8_0") / f32 - 1), 0.005);
   EXPECT_LT(std::fabs(ppl("-ctk f16 -ctv q8_0") / f32 - 1), 0.0005);
-  EXPECT_GT(ppl("-ctk q4_0 -ctv q4_0") / f32, 1.5) << "q4_0 keys on 8-wide heads are known to be unusable";
+  // q4_0 on 8-wide heads (perplexity 2.78 -> 10.3) is refused by the CLI: tests/cli_input_test.cpp.
 }
 
 // Keys rotated under other RoPE settings (--rope-scale 2) are not reusable: the file

@@ -15,7 +15,7 @@
 #include "kiln/kv_eviction.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "stories_fixture.h"
 #include "test_util.h"
 

@@ -6,7 +6,7 @@
 
 #include "kiln/model.h"
 #include "kiln/session.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "test_util.h"
 
 using namespace kiln;

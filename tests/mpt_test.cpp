@@ -17,7 +17,7 @@
 #include "kiln/gguf.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "sha256.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kiln/gguf.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "quantize/mix.h"
 #include "sha256.h"
 #include "test_util.h"

@@ -24,7 +24,7 @@
 #include "kiln/gguf.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "test_util.h"
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include "kiln/model.h"
 #include "kiln/session.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "runtime/rope.h"
 #include "test_util.h"
 

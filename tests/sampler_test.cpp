@@ -94,7 +94,7 @@ int32_t argmax_lowest(const std::vector<float>& l) {
 
 TEST(SamplerGreedy, PicksArgmax) {
   const std::vector<float> l = {0.1f, 2.5f, -1.0f, 2.4f};
-  for (float t : {0.0f, -1.0f}) {
+  for (float t : {0.0f}) {  // negative temperatures are refused (SamplerRanges)
     Sampler s(plain(t), 4);
     EXPECT_EQ(s.sample(l), 1);
     auto c = s.candidates(l);
@@ -418,8 +418,7 @@ TEST(SamplerMinP, KeepsTokensAboveFractionOfMax) {
       {0.09f, {2, 0, 3, 1}}, {0.11f, {2, 0, 3}}, {0.25f, {2, 0, 3}},
       {0.299f, {2, 0, 3}},   {0.301f, {2, 0}},   {0.35f, {2, 0}},
       {0.599f, {2, 0}},      {0.61f, {2}},       {1.0f, {2}},
-      {5.0f, {2}},
-  };
+  };  // above 1 is out of range (SamplerRanges)
   for (int32_t top_k : {0, 4}) {
     for (const auto& tc : cases) {
       SamplerParams p = plain(1.0f);
@@ -626,4 +625,43 @@ TEST(SamplerErrors, RejectsBadInput) {
 }
 
 }  // namespace
+}  // namespace kiln
+
+// ---- ranges (kiln::validate, shared by the CLI, chat's /set and the constructor) ----
+
+namespace kiln {
+
+TEST(SamplerRanges, OutOfRangeSettingsNameTheSettingAndTheRange) {
+  const auto message = [](auto change) {
+    SamplerParams p;
+    change(p);
+    try {
+      validate(p);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 7; }), "top_p (--top-p) must be in [0, 1] (1: off), got 7");
+  EXPECT_EQ(message([](SamplerParams& p) { p.min_p = -0.25f; }), "min_p (--min-p) must be in [0, 1] (0: off), got -0.25");
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_k = -1; }), "top_k (--top-k) must be >= 0 (0: off), got -1");
+  EXPECT_EQ(message([](SamplerParams& p) { p.repeat_penalty = 0; }),
+            "repeat_penalty (--repeat-penalty) must be > 0 (1: off), got 0");
+  EXPECT_EQ(message([](SamplerParams& p) { p.temperature = -1; }), "temperature (--temp) must be >= 0 (0: greedy), got -1");
+  EXPECT_EQ(message([](SamplerParams& p) { p.temperature = NAN; }).rfind("temperature (--temp)", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = NAN; }).rfind("top_p (--top-p)", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.presence_penalty = INFINITY; }).rfind("presence_penalty", 0), 0u);
+  EXPECT_EQ(message([](SamplerParams& p) { p.penalty_last_n = -2; }).rfind("penalty_last_n (--repeat-last-n)", 0), 0u);
+  // The edges are valid.
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 1, p.min_p = 0, p.top_k = 0, p.temperature = 0; }), "(accepted)");
+  EXPECT_EQ(message([](SamplerParams& p) { p.top_p = 0, p.min_p = 1, p.penalty_last_n = -1; }), "(accepted)");
+  // The constructor and set_params refuse the same, leaving the sampler as it was.
+  SamplerParams bad;
+  bad.top_p = 1.5f;
+  EXPECT_THROW(Sampler(bad, 8), UsageError);
+  Sampler s(SamplerParams{}, 8);
+  EXPECT_THROW(s.set_params(bad), UsageError);
+  EXPECT_EQ(s.params().top_p, 0.95f);
+}
+
 }  // namespace kiln

@@ -10,7 +10,7 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "quantize/quantize_model.h"
 #include "util/hash64.h"
 #include "stories_fixture.h"

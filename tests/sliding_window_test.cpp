@@ -13,7 +13,7 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 #include "stories_fixture.h"
 #include "test_util.h"
 

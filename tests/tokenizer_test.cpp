@@ -3,6 +3,7 @@
 // stories260K.gguf was converted from.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
 #include "test_util.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace kiln {
 namespace {
@@ -29,9 +31,10 @@ struct VocabCase {
 
 // NAME.gguf.inp: inputs each followed by "\n__ggml_vocab_test__\n"; NAME.gguf.out: one
 // line of space-separated ids per input.
-std::vector<VocabCase> load_cases(const std::string& gguf_rel) {
-  const std::string inp = test::read_file(test::shared_path(gguf_rel + ".inp"));
-  const std::string outp = test::read_file(test::shared_path(gguf_rel + ".out"));
+// `dir`: ../shared, or tests/data for vectors made here (tests/data/vocab/README.md).
+std::vector<VocabCase> load_cases(const std::string& gguf_rel, const std::string& dir = test::shared_dir()) {
+  const std::string inp = test::read_file(dir + "/" + gguf_rel + ".inp");
+  const std::string outp = test::read_file(dir + "/" + gguf_rel + ".out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<VocabCase> cases;
   for (size_t pos = 0; pos < inp.size();) {
@@ -149,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Bpe, VocabVectors,
 INSTANTIATE_TEST_SUITE_P(WordPiece, VocabVectors, ::testing::Values("ggml-vocab-bert-bge.gguf"));
 
 // Vocabularies without test vectors still load and split text: gpt-neox (byte-level BPE
-// without tokenizer.ggml.pre: GPT-2's split) and baichuan (SentencePiece).
+// without tokenizer.ggml.pre: llama.cpp's default split) and baichuan (SentencePiece).
 TEST(VocabFiles, WithoutVectorsStillLoadAndRoundTrip) {
   const std::string text = "Hello world!  It's 2024: \xE4\xBD\xA0\xE5\xA5\xBD\n\tdone";
   auto neox = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
@@ -157,6 +160,74 @@ TEST(VocabFiles, WithoutVectorsStillLoadAndRoundTrip) {
   EXPECT_EQ(neox->decode(neox->encode(text, false)), text);
   auto baichuan = gguf_tokenizer("vocab/ggml-vocab-baichuan.gguf");
   EXPECT_EQ(baichuan->decode(baichuan->encode(text, false)), " " + text);
+}
+
+// A byte-level BPE file without tokenizer.ggml.pre (gpt-neox) gets the split llama.cpp
+// falls back to for such files (its "default" pre-tokenizer, not GPT-2's own): punctuation
+// runs, the GPT-2 split, digit runs apart from the space before them, digits in threes.
+// The pieces below are worked out by hand from those four stages; GPT-2's split alone
+// would give " ,world" and " 1234567".
+TEST(VocabFiles, MissingPreSplitsAsLlamaCppsDefault) {
+  const Pretokenizer p = Pretokenizer::for_ggml_pre("", nullptr);
+  const auto pieces = [&p](std::string_view text) {
+    std::vector<std::string> out;
+    for (std::string_view piece : p.split(text)) out.emplace_back(piece);
+    return out;
+  };
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(pieces("Hello ,world"), (Pieces{"Hello", " ", ",", "world"}));
+  EXPECT_EQ(pieces("it costs 1234567 dollars"), (Pieces{"it", " costs", " ", "123", "456", "7", " dollars"}));
+  EXPECT_EQ(pieces("a+=b... $5"), (Pieces{"a", "+=", "b", "...", " ", "$", "5"}));
+  EXPECT_EQ(pieces("x  \ty 42"), (Pieces{"x", "  ", "\t", "y", " ", "42"}));
+  // llama.cpp's own ids for gpt-neox on the 46 inputs of its vocabulary tests (made with
+  // llama-tokenize: tests/data/vocab/README.md).
+  auto neox_file = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
+  const auto cases = load_cases("vocab/ggml-vocab-gpt-neox.gguf", std::string(KILN_SOURCE_DIR) + "/tests/data");
+  ASSERT_EQ(cases.size(), 46u);
+  for (const VocabCase& c : cases)
+    EXPECT_EQ(ids_to_string(neox_file->encode(c.input, false)), ids_to_string(c.expected)) << "input [" << c.input << "]";
+  // The tokens of the file follow those boundaries: no token spans "123|456|7" or the
+  // space before the number.
+  auto neox = gguf_tokenizer("vocab/ggml-vocab-gpt-neox.gguf");
+  std::vector<std::string> token_text;
+  for (int32_t id : neox->encode("it costs 1234567 dollars", false)) token_text.push_back(neox->decode({id}));
+  std::vector<size_t> ends;
+  size_t at = 0;
+  for (const std::string& t : token_text) ends.push_back(at += t.size());
+  for (size_t boundary : {8u, 9u, 12u, 15u, 16u})
+    EXPECT_NE(std::find(ends.begin(), ends.end(), boundary), ends.end()) << "no token ends at byte " << boundary;
+}
+
+// Phi-3's special tokens take the whitespace after them, as llama.cpp sets for files named
+// Phi-3 (GGUF has no key for it): every control/user-defined/unknown token except <unk>,
+// <s> and <|endoftext|>. Expected ids follow llama.cpp's rules: a special token, then the
+// text after it minus its leading whitespace, tokenized as plain text (with SentencePiece's
+// space prefix, which llama.cpp gives every text fragment after a special token), and
+// llama-tokenize gives the same ids.
+TEST(VocabFiles, Phi3SpecialTokensTakeTheWhitespaceAfterThem) {
+  auto tok = gguf_tokenizer("vocab/ggml-vocab-phi-3.gguf");
+  const auto plain = [&tok](std::string_view text) { return tok->encode(text, false); };
+  const auto cat = [](std::initializer_list<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  const int32_t user = 32010, end = 32007, assistant = 32001, endoftext = 32000;
+  EXPECT_EQ(tok->encode("<|user|>\nHello<|end|>\n<|assistant|>", false, true),
+            cat({{user}, plain("Hello"), {end, assistant}}));
+  EXPECT_EQ(tok->encode("<|user|> \t Hi there <|end|>  \n", false, true), cat({{user}, plain("Hi there "), {end}}));
+  // <|endoftext|> keeps what follows, and nothing strips the whitespace before a token.
+  EXPECT_EQ(tok->encode("Hi <|endoftext|> you", false, true), cat({plain("Hi "), {endoftext}, plain(" you")}));
+  // Without special parsing the text is text.
+  EXPECT_EQ(tok->encode("<|end|>\nx", false, false), plain("<|end|>\nx"));
+  // The same inputs through llama.cpp's llama-tokenize (--ids --no-bos; built as in
+  // tests/data/vocab/README.md), 2026-12-03.
+  EXPECT_EQ(tok->encode("<|user|>\nHello<|end|>\n<|assistant|>", false, true),
+            (std::vector<int32_t>{32010, 15043, 32007, 32001}));
+  EXPECT_EQ(tok->encode("<|user|> \t Hi there <|end|>  \n", false, true),
+            (std::vector<int32_t>{32010, 6324, 727, 29871, 32007}));
+  EXPECT_EQ(tok->encode("Hi <|endoftext|> you", false, true), (std::vector<int32_t>{6324, 29871, 32000, 29871, 366}));
+  EXPECT_EQ(tok->encode("<|end|>\nx", false, true), (std::vector<int32_t>{32007, 921}));
 }
 
 // tok512.model was trained with remove_extra_whitespaces=true (its default), which GGUF

@@ -220,8 +220,10 @@ TEST(Tokenizer, ParseSpecialSplitsControlTokens) {
   EXPECT_EQ(with[0], tok->bos());
   EXPECT_EQ(with[1], user);
   EXPECT_EQ(with.back(), end);
-  // The text between follows the same rule as any text (dummy prefix included).
-  const auto hi = tok->encode("\nHi", false);
+  // The text between follows the same rule as any text (dummy prefix included), less the
+  // newline: Phi-3's <|user|> takes the whitespace after it, as in llama.cpp (ids checked
+  // with llama-tokenize in tokenizer_test's Phi3SpecialTokensTakeTheWhitespaceAfterThem).
+  const auto hi = tok->encode("Hi", false);
   EXPECT_EQ(std::vector<int32_t>(with.begin() + 2, with.end() - 1), hi);
   // User text must never smuggle control tokens in.
   const auto without = tok->encode("<|user|>\nHi<|end|>", true);
@@ -230,8 +232,8 @@ TEST(Tokenizer, ParseSpecialSplitsControlTokens) {
     EXPECT_NE(id, end);
   }
   EXPECT_EQ(tok->decode(without), " <|user|>\nHi<|end|>");
-  EXPECT_EQ(tok->decode(with), " \nHi");
-  EXPECT_EQ(tok->decode(with, /*special=*/true), "<s><|user|> \nHi<|end|>");
+  EXPECT_EQ(tok->decode(with), " Hi");
+  EXPECT_EQ(tok->decode(with, /*special=*/true), "<s><|user|> Hi<|end|>");
 }
 
 TEST(Tokenizer, TokenToPiece) {

@@ -10,7 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #pragma once
 // A loaded model: hyperparameters, typed views of the weights (in place in the mmap'd
-// GGUF), and its tokenizer. Architectures are data: each file in src/models/ maps one
+// GGUF), and its tokenizer. Architectures are data: each file in src/families/ maps one
 // family's GGUF keys and tensor names into this one shape, and the runtime reads flags.
 #include <cstdint>
 #include <functional>

@@ -9,16 +9,24 @@
 namespace kiln {
 
 struct SamplerParams {
-  float temperature = 0.8f;     // <= 0: greedy (argmax after penalties)
-  int32_t top_k = 40;           // <= 0: off
-  float top_p = 0.95f;          // >= 1: off
-  float min_p = 0.05f;          // <= 0: off
+  float temperature = 0.8f;     // 0: greedy (argmax after penalties)
+  int32_t top_k = 40;           // 0: off
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off
   float repeat_penalty = 1.0f;  // 1: off
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int32_t penalty_last_n = 64;  // window of recent tokens the penalties look at; -1: context
-  uint64_t seed = 0xFFFFFFFF;   // 0xFFFFFFFF: random seed
+  uint64_t seed = kRandomSeed;  // kRandomSeed: a fresh one per reset, reported by Sampler::seed()
+
+  // llama.cpp's LLAMA_DEFAULT_SEED; `-s -1` on the command line means it too.
+  static constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
 };
+
+// The valid range of every setting, in one place for the command line, chat's /set and a
+// server's request: throws UsageError naming the setting (as `name (--flag)`), its range
+// and the value, e.g. "top_p (--top-p) must be in [0, 1], got 7".
+void validate(const SamplerParams& params);
 
 struct TokenProb {
   int32_t id;

@@ -27,6 +27,11 @@ struct Vocab {
   bool add_bos = true;
   bool add_eos = false;
   bool add_space_prefix = true;
+  // Special tokens that take the whitespace before (kStripBefore) or after (kStripAfter)
+  // them when split out of text; empty: none. GGUF has no key for it, so from_gguf sets
+  // it by model name as llama.cpp does (Phi-3's control tokens take what follows them).
+  static constexpr uint8_t kStripBefore = 1, kStripAfter = 2;
+  std::vector<uint8_t> strip;
 
   static Vocab from_gguf(const gguf::File& file);  // throws kiln::Error naming the key
   size_t size() const { return tokens.size(); }

@@ -72,9 +72,11 @@ void set_parameter(ChatState& s, const std::string& name, const std::string& val
   else if (name == "top_p") p.top_p = parse_number<float>(name, value);
   else if (name == "min_p") p.min_p = parse_number<float>(name, value);
   else if (name == "repeat_penalty") p.repeat_penalty = parse_number<float>(name, value);
-  else if (name == "seed") p.seed = parse_number<uint64_t>(name, value);
+  else if (name == "seed") p.seed = value == "-1" ? SamplerParams::kRandomSeed : parse_number<uint64_t>(name, value);
   else if (name == "num_predict" || name == "n_predict") {
-    s.gen.n_predict = parse_number<int32_t>(name, value);
+    const int32_t n = parse_number<int32_t>(name, value);
+    if (n < -1) throw UsageError("/set num_predict must be >= -1 (-1: until end of text or full context), got " + value);
+    s.gen.n_predict = n;
     say("(num_predict " + value + ")");
     return;
   } else {
@@ -180,9 +182,11 @@ void report_turn(const ChatState& s, const ChatTurn& turn) {
   if (!s.verbose) return;
   char line[256];
   std::snprintf(line, sizeof line,
-                "[prompt: %d tokens evaluated, %d reused, %.1f tok/s | reply: %d tokens, %.1f tok/s | context %zu/%d]",
+                "[prompt: %d tokens evaluated, %d reused, %.1f tok/s | reply: %d tokens, %.1f tok/s | context %zu/%d | "
+                "seed %llu]",
                 st.n_prompt, turn.n_reused, per_second(st.n_prompt, st.prompt_ms), st.n_generated,
-                per_second(st.n_generated, st.generate_ms), s.chat.n_tokens(), s.session.n_ctx());
+                per_second(st.n_generated, st.generate_ms), s.chat.n_tokens(), s.session.n_ctx(),
+                (unsigned long long)s.sampler.seed());
   say(line);
 }
 

@@ -1,7 +1,7 @@
 // kiln bench MODEL: prompt processing (pp) and generation (tg) speed, like llama-bench,
 // with its field names in -o json|csv so scripts written for llama-bench read ours.
-// tg rows also get the weight bandwidth they imply (every weight byte is read once per
-// generated token) and, with --roofline, that as a share of this machine's measured
+// tg rows also get the weight bandwidth they imply (the weight bytes a generated token
+// reads: bytes_read_per_token) and, with --roofline, that as a share of this machine's measured
 // memory read bandwidth: how far decoding is from the memory-bound ceiling.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -166,6 +166,16 @@ std::string size_label(uint64_t n_params) {
   return buf;
 }
 
+// The weight bytes one generated token reads: every tensor once, except the token
+// embedding table, of which it reads one row, unless the output projection is that same
+// table (tied), which reads all of it. A large vocabulary's table can be most of a small
+// model: counting all of it would overstate the bandwidth several times over.
+uint64_t bytes_read_per_token(const Model& model) {
+  const WeightView& embd = model.token_embd;
+  if (!embd.info || model.output.info == embd.info) return model.weight_bytes();
+  return model.weight_bytes() - embd.info->n_bytes + embd.row_bytes;
+}
+
 int bench(BenchOptions& o) {
   setup_logging(o.log);
   if (o.output != "md" && o.output != "csv" && o.output != "json") throw UsageError("-o must be md, csv or json");
@@ -176,6 +186,7 @@ int bench(BenchOptions& o) {
   const ModelConfig& c = model->config();
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
+  const uint64_t token_bytes = bytes_read_per_token(*model);
 
   // --roofline: the read bandwidth is measured right before each tg repetition (the
   // machine's bandwidth drifts with its neighbours' load, so a figure taken minutes apart
@@ -193,7 +204,7 @@ int bench(BenchOptions& o) {
   };
   // GB/s of weights streamed by a tg row (once per step, for all its sequences); 0 for the others.
   const auto bandwidth = [&](const TestResult& r) {
-    return r.is_tg() ? double(model_bytes) * TestResult::mean(r.samples_ts()) / std::max(r.n_parallel, 1) / 1e9 : 0.0;
+    return r.is_tg() ? double(token_bytes) * TestResult::mean(r.samples_ts()) / std::max(r.n_parallel, 1) / 1e9 : 0.0;
   };
   // A tg row's own measurements; other rows get their thread count's median.
   const auto roofline_of = [&](const TestResult& r) {
@@ -391,11 +402,14 @@ void register_bench(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt processing (pp) and generation (tg) speed");
   cmd->add_option("model", o->model, "Model file (GGUF)");
   cmd->add_option("-m,--model", o->model, "Model file (GGUF)");
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (comma-separated)")->delimiter(',');
-  cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (comma-separated)")->delimiter(',');
-  cmd->add_option("-t,--threads", o->threads, "Thread counts (comma-separated; default physical cores)")->delimiter(',');
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (comma-separated)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (comma-separated)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o->threads, "Thread counts (comma-separated; default physical cores)")
+      ->delimiter(',')->check(thread_count_check());
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test");
-  cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step");
+  cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per prefill step")->check(CLI::PositiveNumber);
   cmd->add_option("-o,--output", o->output, "Output format: md, csv or json");
   const auto cache_types = CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}, CLI::ignore_case);
   cmd->add_option("--cache-type-k", o->type_k, "KV cache types of keys (also -ctk; comma-separated)")

@@ -29,11 +29,13 @@ struct ChatOptions {
 
 int chat(ChatOptions& o) {
   setup_logging(o.log);
+  validate(o.gen.sampling);
   const std::string model_path = resolve_model_path(o.model.model);
   auto model = load_model(model_path, !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model, *model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
+  spdlog::info("seed {}", sampler.seed());
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
   generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));

@@ -1,4 +1,4 @@
-// kiln perplexity MODEL -f FILE [-c 128]: scored as llama.cpp's llama-perplexity does, so
+// kiln perplexity MODEL -f FILE [-c 512]: scored as llama.cpp's llama-perplexity does, so
 // the two engines' numbers compare directly: the text is cut into chunks of n_ctx tokens,
 // each chunk starts with BOS, and only the second half of each chunk is scored.
 // --kl-divergence-base FILE saves the reference's distributions at the scored positions;
@@ -219,6 +219,8 @@ void register_perplexity(CLI::App& app, Action& action) {
                 "with --kv-evict (without: a context holding the whole text)");
   add_kv_eviction_options(*cmd, o->evict);
   add_runtime_options(*cmd, o->model);
+  // The chunk length, whose default differs from the other commands' (the model's context).
+  cmd->get_option("--ctx-size")->description("Tokens per scored chunk (0 or absent: 512, llama-perplexity's default)");
   add_kv_layout_options(*cmd, o->model);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] {

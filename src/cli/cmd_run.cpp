@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/common.h"
 #include "kiln/chat.h"
@@ -63,10 +64,15 @@ int run_parallel(RunOptions& o, const Model& model, Session& session, const std:
 int run(RunOptions& o) {
   setup_logging(o.log);
   // [MODEL] [PROMPT]: a lone argument is the model if it names one, else the prompt.
+  validate(o.gen.sampling);
   std::vector<std::string> args = o.positional;
   if (o.model.model.empty() && !args.empty() && (args.size() == 2 || looks_like_model(args[0]))) {
     o.model.model = args[0];
     args.erase(args.begin());
+    std::error_code ec;
+    // Never the default model with the path as its prompt.
+    if (args.empty() && !std::filesystem::exists(o.model.model, ec))
+      throw Error(o.model.model + ": cannot open: no such model file (for a prompt that looks like a path, use -p)");
   }
   if (args.size() > 1) throw UsageError("too many arguments: expected [MODEL] [PROMPT]");
   int sources = (!args.empty()) + o.prompt_given + !o.prompt_file.empty();
@@ -121,9 +127,11 @@ int run(RunOptions& o) {
     spdlog::info("{}: {} older tokens dropped to go on past the context of {}",
                  generator.kv_evictor().policy() == KvEviction::shift ? "context shift" : "kv eviction", st.n_discarded,
                  std::min(session.n_ctx(), generator.kv_evictor().budget()));
-  spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {:.1f} ms ({:.1f} tok/s) | stop: {}",
+  spdlog::info("prompt: {} tokens in {:.1f} ms ({:.1f} tok/s) | generation: {} tokens in {:.1f} ms ({:.1f} tok/s) | stop: {} "
+               "| seed {}",
                st.n_prompt, st.prompt_ms, st.n_prompt * 1000.0 / std::max(st.prompt_ms, 1e-9), st.n_generated,
-               st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop));
+               st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop),
+               sampler.seed());
   return 0;
 }
 

@@ -72,7 +72,14 @@ struct GenerationOptions {
   CLI::Option* shift_flag = nullptr;  // --context-shift or --no-context-shift
   KvEvictionOptions evict;
 };
+// Also -n and -s (-1: random); the sampler's ranges are kiln::validate's, checked by each command.
 void add_sampling_options(CLI::App& app, GenerationOptions& opts);
+// A seed as typed: -1 is the random seed; otherwise CLI::ValidationError naming `name`.
+uint64_t parse_seed(const std::string& text, const std::string& name);
+// -t's bound: 4 x the hardware threads, at most 512 (beyond that only slower, or a
+// thread-creation failure); a Validator saying so for every command's -t.
+int32_t max_threads();
+CLI::Validator thread_count_check();
 // --context-shift (or, where it is the default, --no-context-shift), --keep and the
 // eviction options: --context-shift is --kv-evict shift, --no-context-shift --kv-evict none.
 void add_context_shift_options(CLI::App& app, GenerationOptions& opts, bool on_by_default);
@@ -99,9 +106,11 @@ std::string builtin_template_names();
 // Applies --quiet/--verbose to the stderr logger.
 void setup_logging(const LogOptions& opts);
 
-// The model path, or the default (models/stories260K.gguf next to the cwd or the binary).
+// The model path, or the default (models/stories260K.gguf next to the cwd or the binary);
+// a given path that does not exist is an Error naming it.
 std::string resolve_model_path(const std::string& given);
-// True if `arg` looks like a model file rather than a prompt.
+// True if `arg` looks like a model file rather than a prompt: an existing file, or one word
+// ending in .gguf/.bin or holding a '/' (then a missing file is an error, not a prompt).
 bool looks_like_model(const std::string& arg);
 
 // `tokenizer_file` (--tokenizer), when given, replaces the GGUF's tokenizer; a llama2.c

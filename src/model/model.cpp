@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "kernels/kernels.h"
-#include "model/architecture.h"
+#include "families/architecture.h"
 #include "model/llama2c_checkpoint.h"
 #include "util/hash64.h"
 

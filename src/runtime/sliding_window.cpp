@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "kiln/error.h"
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

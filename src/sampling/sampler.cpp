@@ -1,6 +1,7 @@
 #include "kiln/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kiln/error.h"
@@ -9,7 +10,18 @@
 namespace kiln {
 namespace {
 
-constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
+constexpr uint64_t kRandomSeed = SamplerParams::kRandomSeed;
+
+std::string number(double v) {
+  std::string s = std::to_string(v);
+  if (s.find('.') != std::string::npos) s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+[[noreturn]] void out_of_range(const char* name, const char* flag, const char* range, double v) {
+  throw UsageError(std::string(name) + " (" + flag + ") must be " + range + ", got " + number(v));
+}
 
 // 53 random bits -> [0, 1). Spelled out instead of std::uniform_real_distribution so a
 // seed gives the same tokens with every standard library.
@@ -31,6 +43,23 @@ sampling::CandidateSet run_chain(const SamplerParams& p, std::span<const float> 
 
 }  // namespace
 
+void validate(const SamplerParams& p) {
+  // Written so that NaN fails every check.
+  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature)))
+    out_of_range("temperature", "--temp", ">= 0 (0: greedy)", p.temperature);
+  if (p.top_k < 0) out_of_range("top_k", "--top-k", ">= 0 (0: off)", p.top_k);
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) out_of_range("top_p", "--top-p", "in [0, 1] (1: off)", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) out_of_range("min_p", "--min-p", "in [0, 1] (0: off)", p.min_p);
+  if (!(p.repeat_penalty > 0.0f && std::isfinite(p.repeat_penalty)))
+    out_of_range("repeat_penalty", "--repeat-penalty", "> 0 (1: off)", p.repeat_penalty);
+  if (!std::isfinite(p.presence_penalty))
+    out_of_range("presence_penalty", "--presence-penalty", "a finite number (0: off)", p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty))
+    out_of_range("frequency_penalty", "--frequency-penalty", "a finite number (0: off)", p.frequency_penalty);
+  if (p.penalty_last_n < -1)
+    out_of_range("penalty_last_n", "--repeat-last-n", ">= -1 (-1: the context)", p.penalty_last_n);
+}
+
 Sampler::Sampler(const SamplerParams& params, int32_t n_vocab)
     : params_(params), n_vocab_(n_vocab), seed_(params.seed) {
   if (n_vocab <= 0) throw Error("sampler: n_vocab must be positive, got " + std::to_string(n_vocab));
@@ -38,10 +67,7 @@ Sampler::Sampler(const SamplerParams& params, int32_t n_vocab)
 }
 
 void Sampler::set_params(const SamplerParams& params) {
-  if (params.penalty_last_n < -1)
-    throw UsageError("penalty_last_n must be >= -1, got " + std::to_string(params.penalty_last_n));
-  if (!(params.repeat_penalty > 0.0f))
-    throw UsageError("repeat_penalty must be > 0, got " + std::to_string(params.repeat_penalty));
+  validate(params);
   params_ = params;
   if (params.penalty_last_n > 0) {
     history_.reserve(static_cast<size_t>(params.penalty_last_n));

@@ -53,7 +53,11 @@ struct Family {
 
 const std::initializer_list<Family>& families() {
   static const std::initializer_list<Family> table = {
-      {{"gpt-2", "mpt", "olmo", "default"}, {kGpt2}},
+      {{"gpt-2", "mpt", "olmo"}, {kGpt2}},
+      // A byte-level BPE file without tokenizer.ggml.pre (older conversions, gpt-neox):
+      // llama.cpp's fallback, which GGUF users get. Punctuation runs first, the GPT-2
+      // split, then digits apart from the space before them, cut into threes.
+      {{"default"}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", R"([0-9][0-9][0-9])"}},
       {{"llama-bpe", "llama3", "llama-v3"}, {kLlama3}, true},
       {{"dbrx", "smaug-bpe"}, {kLlama3}},
       {{"qwen2", "stablelm2", "deepseek-r1-qwen"}, {kQwen2}},

@@ -1,10 +1,11 @@
 #include "tokenizer/special_split.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace kiln {
 
-SpecialSplitter::SpecialSplitter(const Vocab& vocab, SpecialKinds kinds) {
+SpecialSplitter::SpecialSplitter(const Vocab& vocab, SpecialKinds kinds) : strip_(vocab.strip) {
   const bool control = kinds != SpecialKinds::user_defined;
   const bool user = kinds != SpecialKinds::control;
   std::vector<bool> special(vocab.size(), false);
@@ -51,9 +52,15 @@ std::vector<TextSegment> SpecialSplitter::split(std::string_view text) const {
       ++pos;
       continue;
     }
-    if (pos > raw_begin) out.push_back({text.substr(raw_begin, pos - raw_begin), -1});
+    const uint8_t strip = size_t(hit->second) < strip_.size() ? strip_[size_t(hit->second)] : 0;
+    size_t raw_end = pos;
+    if (strip & Vocab::kStripBefore)
+      while (raw_end > raw_begin && std::isspace((unsigned char)text[raw_end - 1])) --raw_end;
+    if (raw_end > raw_begin) out.push_back({text.substr(raw_begin, raw_end - raw_begin), -1});
     out.push_back({{}, hit->second});
     pos += hit->first.size();
+    if (strip & Vocab::kStripAfter)
+      while (pos < text.size() && std::isspace((unsigned char)text[pos])) ++pos;
     raw_begin = pos;
   }
   if (raw_begin < text.size()) out.push_back({text.substr(raw_begin), -1});

@@ -26,7 +26,8 @@ class SpecialSplitter {
  public:
   explicit SpecialSplitter(const Vocab& vocab, SpecialKinds kinds = SpecialKinds::control);
   // Alternating raw-text and special-token segments, in order; raw segments are never
-  // empty. At each position the longest special string wins.
+  // empty. At each position the longest special string wins. A token with a strip
+  // attribute (Vocab::strip) drops the whitespace before and/or after it.
   std::vector<TextSegment> split(std::string_view text) const;
   bool empty() const { return count_ == 0; }
 
@@ -34,6 +35,7 @@ class SpecialSplitter {
   // Candidates indexed by their first byte, longest first, so a scan position only looks
   // at strings that can match there.
   std::array<std::vector<std::pair<std::string, int32_t>>, 256> by_first_byte_;
+  std::vector<uint8_t> strip_;  // Vocab::strip
   size_t count_ = 0;
 };
 

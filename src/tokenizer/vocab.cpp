@@ -1,5 +1,6 @@
 // Vocab::from_gguf: the tokenizer.ggml.* keys, with llama.cpp's per-model defaults for
 // whatever a file leaves out, validated so that no later lookup can go out of range.
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +67,24 @@ void read_special_id(const gguf::File& f, std::string_view name, const Vocab& v,
   }
   throw Error(f.path() + ": " + k + " is " + (is_signed ? std::to_string(val->i) : std::to_string(val->u)) +
               ", outside the vocabulary of " + std::to_string(v.size()) + " tokens");
+}
+
+// Phi-3 (general.name containing "phi-3" or "phi3") was trained with its chat tokens
+// eating the whitespace after them ("<|user|>\nHi" is "<|user|>" then "Hi"): llama.cpp
+// gives every control, user-defined and unknown token that rstrip, except <unk>, <s> and
+// <|endoftext|>; Hugging Face's tokenizer.json states it per added token.
+void set_strip_by_model_name(const gguf::File& f, Vocab& v) {
+  std::string name = f.get_string("general.name", "");
+  for (char& c : name) c = (char)std::tolower((unsigned char)c);
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return;
+  v.strip.assign(v.size(), 0);
+  for (size_t i = 0; i < v.size() && i < v.types.size(); ++i) {
+    const TokenType t = v.types[i];
+    const bool special = t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown;
+    const std::string& text = v.tokens[i];
+    if ((special || text == "</s>") && text != "<unk>" && text != "<s>" && text != "<|endoftext|>")
+      v.strip[i] = Vocab::kStripAfter;
+  }
 }
 
 void check_length(const gguf::File& f, std::string_view name, size_t n, size_t n_tokens) {
@@ -155,6 +174,7 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   v.add_bos = f.get_bool(key("add_bos_token"), v.add_bos);
   v.add_eos = f.get_bool(key("add_eos_token"), v.add_eos);
   v.add_space_prefix = f.get_bool(key("add_space_prefix"), v.add_space_prefix);
+  set_strip_by_model_name(f, v);
   return v;
 }
 

@@ -3,7 +3,7 @@
 // global ones (window 4096 and every 2nd layer global unless the file says otherwise),
 // and soft-capping, cap * tanh(x / cap), of the attention scores (attn_logit_softcapping,
 // 50) and of the final logits (final_logit_softcapping, 30).
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

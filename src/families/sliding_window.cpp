@@ -1,6 +1,6 @@
 // Sliding-window attention keys, shared by the families that may carry them. Which layers
 // slide is data: a file states it, the runtime only reads ModelConfig::swa_window.
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -4,7 +4,7 @@
 // rope_freqs.weight tensor (read with the RoPE scaling keys); a Mistral's window as
 // attention.sliding_window. The classifier is tied to token_embd when output.weight is
 // absent (Llama 3.2 1B/3B).
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

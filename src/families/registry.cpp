@@ -1,4 +1,4 @@
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// The registry of model families. Each family's file (src/models/<arch>.cpp) reads its
+// The registry of model families. Each family's file (src/families/<arch>.cpp) reads its
 // hyperparameters and tensors into the shared ModelConfig / LayerWeights shape; nothing
 // else in kiln switches on an architecture's name.
 #include <string>
@@ -22,7 +22,7 @@ std::vector<std::string> architecture_names();
 WeightView row_range(const WeightView& w, uint64_t r0, uint64_t n);
 WeightView element_range(const WeightView& w, uint64_t i0, uint64_t n);
 
-// RoPE metadata (src/models/rope_metadata.cpp; the tables are the runtime's).
+// RoPE metadata (src/families/rope_metadata.cpp; the tables are the runtime's).
 // Reads <prefix>rope.scaling.{type,factor,original_context_length,attn_factor} (or the
 // older rope.scale_linear) and the rope_freqs.weight tensor into `c`, whose n_rot must be
 // set. Throws kiln::Error naming the file and the key or tensor.
@@ -39,13 +39,13 @@ void read_longrope_factors(const gguf::File& f, ModelConfig& c);
 // N (every Nth layer global, llama.cpp's gemma rule) or an array of per-layer booleans
 // (true: sliding). Leaves it empty when the file has no window. The defaults stand for
 // absent keys (Gemma 2 slides 4096 on every other layer unless told otherwise; pattern 0:
-// every layer). src/models/sliding_window.cpp.
+// every layer). src/families/sliding_window.cpp.
 void read_sliding_window(const gguf::File& f, const std::string& prefix, ModelConfig& c, uint32_t default_window = 0,
                          uint32_t default_pattern = 0);
 // Layer l of a pattern of N slides unless it is the last of its group of N (N 0: all slide).
 inline bool swa_pattern_slides(uint32_t l, uint32_t n) { return n == 0 || l % n < n - 1; }
 
-// Architectures (one line each in src/models/registry.cpp).
+// Architectures (one line each in src/families/registry.cpp).
 void load_llama(Model& model);
 void load_mpt(Model& model);
 void load_qwen2(Model& model);
@@ -64,7 +64,7 @@ void check_layer_count(const gguf::File& f, const ModelConfig& c);
 // model.layers sized to block_count, after check_layer_count.
 void resize_layers(Model& model);
 
-// Shared by the RoPE families (src/models/transformer.cpp), after read_block_shape:
+// Shared by the RoPE families (src/families/transformer.cpp), after read_block_shape:
 // attention.layer_norm_rms_epsilon, rope.freq_base, attention.key_length (head size, may
 // differ from dim / heads) and value_length, rope.dimension_count, RoPE scaling and
 // rope_freqs.weight. Not the sliding window: families differ in what they make of it.
@@ -81,7 +81,7 @@ struct BlockOptions {
   bool fused_gate_up = false;  // ffn_up holds the gate's rows then the up rows; no ffn_gate
 };
 void read_blocks(Model& model, const BlockOptions& options);
-// The Gemma family's common part (src/models/gemma.cpp): shape and RoPE (halves), embeddings
+// The Gemma family's common part (src/families/gemma.cpp): shape and RoPE (halves), embeddings
 // scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.
 void read_gemma(Model& model, const BlockOptions& options);
 // The query scale of the 27B models, recognized by their layer count (gemma.cpp says why).

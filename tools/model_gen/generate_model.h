@@ -3,7 +3,7 @@
 // mpt) with seeded random weights of a real model's shape: the benchmark stand-in for
 // models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
 // reference logits were computed on (tests/data/families).
-// Used by tools/kiln-gen.cpp and tests; the numbers are noise, the shapes and the file
+// Used by tools/kiln-gen.cpp and tests (library kiln_model_gen, outside the engine); the numbers are noise, the shapes and the file
 // layout are exactly what a converted checkpoint of that shape would have.
 #include <cstdint>
 #include <optional>

@@ -2,7 +2,7 @@
 // classifier, and pre-norm blocks whose optional parts (biases, fused matrices, Q/K norms,
 // post-norms) are found by tensor name. A family file sets its flags and calls these, so
 // a tensor name or a shape check is written once.
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

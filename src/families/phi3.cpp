@@ -5,7 +5,7 @@
 // session's context) and a cos/sin magnitude (rope.scaling.attn_factor).
 // Phi-3's attention.sliding_window is ignored as llama.cpp ignores it (its converter
 // writes a window the models were not used with; see ggml-org/llama.cpp#13676).
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

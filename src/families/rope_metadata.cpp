@@ -7,7 +7,7 @@
 
 #include "kiln/error.h"
 #include "kiln/rope.h"
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 namespace {

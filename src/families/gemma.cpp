@@ -7,7 +7,7 @@
 // around 0 in a checkpoint that was not converted).
 #include <cmath>
 
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

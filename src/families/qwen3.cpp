@@ -2,7 +2,7 @@
 // of Q and of K (attn_q_norm / attn_k_norm, [head_dim]) before RoPE, which keeps the
 // attention logits bounded; head size from attention.key_length (128 at every size, so
 // heads x head size need not equal the width).
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
 // Random-weight GGUFs of every family kiln runs. Speed matters for the 1.1B shape (a billion values): one
 // splitmix64 draw gives two 24-bit uniforms, and values are converted chunk by chunk into
 // the tensor's bytes, so the only large allocation is the file's own tensor data.
-#include "model/generate_model.h"
+#include "model_gen/generate_model.h"
 
 #include <algorithm>
 #include <cmath>

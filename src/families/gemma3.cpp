@@ -3,7 +3,7 @@
 // (sliding_window_pattern 6) when the file states a window, and two RoPE settings: global
 // layers use rope.freq_base (1M) with the file's scaling (linear x8 on 4B and up), local
 // layers rope.freq_base_swa (10000) unscaled. Final soft-capping only if the file asks.
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

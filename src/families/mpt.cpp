@@ -4,7 +4,7 @@
 // Every bias and the Q/K LayerNorms (qk_ln) are optional, as in llama.cpp's loader
 // (llama-model / models/mpt.cpp); the classifier is tied to token_embd when the file
 // has no output.weight.
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 

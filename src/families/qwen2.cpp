@@ -1,7 +1,7 @@
 // Qwen2 / Qwen2.5: Llama's block with biases on the Q, K and V projections (none on the
 // output projection), RoPE rotating halves of each head (the HF layout, kept as is by the
 // converter) and a large base (1e6). Small models tie the classifier to token_embd.
-#include "model/architecture.h"
+#include "families/architecture.h"
 
 namespace kiln {
 
