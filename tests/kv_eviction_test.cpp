@@ -12,7 +12,7 @@
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/generator.h"
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "stories_fixture.h"

@@ -12,7 +12,7 @@
 #include "kiln/error.h"
 #include "kiln/generator.h"
 #include "kiln/model.h"
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
 #include "model_gen/generate_model.h"

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
 #include "kiln/tokenizer.h"
@@ -59,7 +59,7 @@ class Generator {
   // that does not fit makes room the same way, if it fits once the history is dropped.
   // The same as set_kv_eviction({enabled ? shift : none, n_keep}).
   void set_context_shift(bool enabled, int32_t n_keep = 0);
-  // KV-cache eviction (kiln/kv_eviction.h): shift as above, but at params.budget; sink and
+  // KV-cache eviction (kiln/eviction_policy.h): shift as above, but at params.budget; sink and
   // h2o evict a few tokens whenever the cache reaches the budget and never stop for a full
   // context: a prompt longer than the budget is decoded in steps with eviction between
   // them (if one step fails, the conversation keeps what was decoded before it). Dropped

@@ -15,7 +15,7 @@
 #include "cli/common.h"
 #include "cli/kl_divergence.h"
 #include "kiln/error.h"
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 
 namespace kiln::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kiln/chat_template.h"
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 #include "kiln/model.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"

@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "kernels/quant.h"
-#include "runtime/kv_evict.h"
+#include "runtime/kv_compaction.h"
 #include "runtime/rope.h"
 #include "runtime/soft_cap.h"
 #include "util/hash64.h"

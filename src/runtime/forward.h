@@ -20,7 +20,7 @@ namespace kiln {
 
 // H2O's heavy-hitter scores while Session::track_attention is on: what each cached
 // position of the tracked sequence (spans[0].seq) has received, and the score pass's
-// scratch (runtime/kv_evict.h).
+// scratch (runtime/kv_compaction.h).
 struct ScoreTracking {
   std::vector<float> total;     // [n_ctx]
   std::vector<float> head_acc;  // [n_heads][n_ctx]

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "runtime/forward.h"
-#include "runtime/kv_evict.h"
+#include "runtime/kv_compaction.h"
 #include "runtime/kv_store.h"
 #include "runtime/memory_limit.h"
 #include "runtime/sliding_window.h"
@@ -78,7 +78,7 @@ struct Session::Impl {
   Forward forward;
   std::vector<QuerySpan> spans;  // which sequence and position each row of a batch is
   std::vector<float> logits;     // [n_out][n_vocab]
-  // Eviction (runtime/kv_evict.h): kept positions and one turned-back rotation, reused;
+  // Eviction (runtime/kv_compaction.h): kept positions and one turned-back rotation, reused;
   // with track_attention, the attention each cached position of sequence 0 has received.
   std::vector<int32_t> kept;
   std::vector<float> back_rot;

@@ -2,7 +2,7 @@
 // The runtime side of KV-cache eviction (Session::evict, Session::track_attention): which
 // positions stay, the RoPE turn-back of a moved key, and the attention each cached
 // position receives (H2O's heavy-hitter score). The policies themselves live in
-// kiln/kv_eviction.h.
+// kiln/eviction_policy.h.
 #include <cstddef>
 #include <cstdint>
 #include <span>

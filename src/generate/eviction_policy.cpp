@@ -1,4 +1,4 @@
-#include "kiln/kv_eviction.h"
+#include "kiln/eviction_policy.h"
 
 #include <algorithm>
 #include <numeric>

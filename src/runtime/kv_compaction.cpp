@@ -1,4 +1,4 @@
-#include "runtime/kv_evict.h"
+#include "runtime/kv_compaction.h"
 
 #include <algorithm>
 #include <cmath>
