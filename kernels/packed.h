@@ -140,11 +140,22 @@ struct ActRow256 {
   const int16_t* s16;
   const int16_t* s32;
 };
+// The same four arrays for the code that writes a row (prepare_q8_256).
+struct ActRow256Out {
+  int8_t* q;
+  float* d;
+  int16_t* s16;
+  int16_t* s32;
+};
+inline ActRow256Out act_row256_out(void* row, size_t k) {
+  auto* p = static_cast<uint8_t*>(row);
+  return {reinterpret_cast<int8_t*>(p), reinterpret_cast<float*>(p + k), reinterpret_cast<int16_t*>(p + k + k / 256 * 4),
+          reinterpret_cast<int16_t*>(p + k + k / 256 * 4 + k / 16 * 2)};
+}
 inline ActRow256 act_row256(const void* base, size_t k, size_t b) {
-  const auto* p = static_cast<const uint8_t*>(base) + b * act_row_bytes(ActFormat::q8_256, k);
-  return {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p + k),
-          reinterpret_cast<const int16_t*>(p + k + k / 256 * 4),
-          reinterpret_cast<const int16_t*>(p + k + k / 256 * 4 + k / 16 * 2)};
+  const ActRow256Out r =
+      act_row256_out(const_cast<uint8_t*>(static_cast<const uint8_t*>(base)) + b * act_row_bytes(ActFormat::q8_256, k), k);
+  return {r.q, r.d, r.s16, r.s32};
 }
 
 }  // namespace kiln::kernels::packed

@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/packed.h"
+#include "kernels/x86/exp_taylor.h"
+
 namespace kiln::kernels::avx2 {
 namespace {
 
@@ -74,9 +77,7 @@ struct Vec {
     const F xc = _mm256_max_ps(_mm256_min_ps(x, set1(kHi)), set1(kLo));
     const F n = _mm256_round_ps(xc * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const F r = _mm256_fnmadd_ps(n, set1(1.428606765330187e-06f), _mm256_fnmadd_ps(n, set1(0.693145751953125f), xc));
-    F p = fmadd(set1(1.0f / 5040), r, set1(1.0f / 720));
-    p = fmadd(fmadd(fmadd(p, r, set1(1.0f / 120)), r, set1(1.0f / 24)), r, set1(1.0f / 6));
-    p = fmadd(fmadd(fmadd(p, r, set1(0.5f)), r, set1(1.0f)), r, set1(1.0f));
+    const F p = x86::exp_taylor7<Vec>(r);
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     const __m256i bias = _mm256_set1_epi32(127);
@@ -178,10 +179,7 @@ struct Vec {
   // One scale per 256 elements (as ggml's Q8_K): K-quant sub-block scales are integers, so
   // a super-block's sum stays in int32 until its single float multiply.
   static void prepare_q8_256(const float* x, size_t k, void* out_row) {
-    auto* q = static_cast<int8_t*>(out_row);
-    auto* d = reinterpret_cast<float*>(q + k);
-    auto* s16 = reinterpret_cast<int16_t*>(d + k / 256);
-    auto* s32 = s16 + k / 16;
+    const auto [q, d, s16, s32] = packed::act_row256_out(out_row, k);
     for (size_t sb = 0; sb < k / 256; ++sb) {
       const float* xs = x + 256 * sb;
       __m256 m = _mm256_setzero_ps();

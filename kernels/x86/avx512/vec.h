@@ -15,6 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/packed.h"
+#include "kernels/x86/exp_taylor.h"
+
 namespace kiln::kernels::avx512 {
 namespace {
 
@@ -112,9 +115,7 @@ struct Vec {
     x = _mm512_max_ps(_mm512_min_ps(x, set1(89.0f)), set1(-104.0f));
     const F n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const F r = _mm512_fnmadd_ps(n, set1(1.428606765330187e-06f), _mm512_fnmadd_ps(n, set1(0.693145751953125f), x));
-    F p = fmadd(set1(1.0f / 5040), r, set1(1.0f / 720));
-    p = fmadd(fmadd(fmadd(p, r, set1(1.0f / 120)), r, set1(1.0f / 24)), r, set1(1.0f / 6));
-    p = fmadd(fmadd(fmadd(p, r, set1(0.5f)), r, set1(1.0f)), r, set1(1.0f));
+    const F p = x86::exp_taylor7<Vec>(r);
     return _mm512_scalef_ps(p, n);
   }
 
@@ -186,10 +187,7 @@ struct Vec {
   // One scale per 256 elements (as ggml's Q8_K): K-quant sub-block scales are integers, so
   // a super-block's sum stays in int32 until its single float multiply.
   static void prepare_q8_256(const float* x, size_t k, void* out_row) {
-    auto* q = static_cast<int8_t*>(out_row);
-    auto* d = reinterpret_cast<float*>(q + k);
-    auto* s16 = reinterpret_cast<int16_t*>(d + k / 256);
-    auto* s32 = s16 + k / 16;
+    const auto [q, d, s16, s32] = packed::act_row256_out(out_row, k);
     for (size_t sb = 0; sb < k / 256; ++sb) {
       const float* xs = x + 256 * sb;
       __m512 m = _mm512_setzero_ps();
