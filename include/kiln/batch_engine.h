@@ -73,7 +73,9 @@ struct BatchEngineMetrics {
   uint64_t requests_total = 0, requests_cancelled = 0, requests_rejected = 0;
   uint64_t prompt_tokens_total = 0, cached_tokens_total = 0, completion_tokens_total = 0;
   int32_t running = 0, waiting = 0;
-  size_t kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_total = 0;
+  size_t kv_blocks_used = 0;                      // referenced by a running or cached sequence
+  double kv_bytes_used = 0, kv_bytes_allocated = 0;  // allocated: the block pool, free blocks included
+  size_t cached_prefixes = 0;  // finished requests' sequences kept for prompts that start the same way
   double decode_tokens_per_second = 0;  // over the last steps that decoded
 };
 

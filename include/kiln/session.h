@@ -95,6 +95,7 @@ class Session {
 
   int32_t n_past() const;
   int32_t n_ctx() const;
+  int32_t n_batch() const;  // the most tokens one forward pass takes
   int32_t n_threads() const;
   bool flash_attn() const;       // the attention in use
   double kv_cache_bytes() const;  // allocated for the whole context (paged: the pool as it is now)
@@ -149,6 +150,17 @@ class Session {
   // logits, row i for seqs[i] (n_vocab floats each). Throws kiln::Error, nothing
   // appended, for a full sequence, an unknown one or a token outside the vocabulary.
   std::span<const float> decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens);
+  // A mixed batch: each part appends its tokens to its own sequence at that sequence's
+  // positions (a server step: one token of each running request beside a chunk of a
+  // waiting prompt), all in one forward pass. Returns the logits of each part's last
+  // token, row i for parts[i]. Throws kiln::Error, nothing appended, for an unknown or
+  // repeated sequence, a part without tokens, one that overflows the context, a token
+  // outside the vocabulary, or more tokens in all than the batch size (n_batch).
+  struct BatchPart {
+    int32_t seq = 0;
+    std::span<const int32_t> tokens;
+  };
+  std::span<const float> decode_batch(std::span<const BatchPart> parts);
   KvMemory kv_memory() const;
 
   const Model& model() const;

@@ -176,7 +176,7 @@ void Forward::add_bias(float* y, const WeightView& bias, size_t n, size_t B) {
 }
 
 
-void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, bool all_logits,
+void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, LogitRows rows,
                   ScoreTracking* scores) {
   const size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
   const size_t q_dim = size_t(c.n_heads) * hd, kv_dim = kv.format().kv_dim;
@@ -248,8 +248,15 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
 
   if (!logits_out) return;
   // Only the rows whose logits are wanted go through the final norm and the classifier.
-  const size_t first = all_logits ? 0 : B - 1, n_out = B - first;
-  norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
+  size_t n_out = 0;
+  if (rows == LogitRows::span_ends) {
+    for (const QuerySpan& sp : spans)
+      norm_rows(&x[(sp.row + sp.n - 1) * dim], model.output_norm, model.output_norm_b, &xb[n_out++ * dim], dim, 1);
+  } else {
+    const size_t first = rows == LogitRows::all ? 0 : B - 1;
+    n_out = B - first;
+    norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
+  }
   matmul(model.output, xb.data(), logits_out, n_out);
   if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
 }

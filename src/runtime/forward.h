@@ -34,11 +34,14 @@ class Forward {
   Forward(const Model& model, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv,
           ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash);
 
+  // Which rows' logits a run writes, in row order: the batch's last, every row, or the
+  // last row of each span (one per sequence of a mixed batch).
+  enum class LogitRows { last, all, span_ends };
   // Runs B tokens, row by row where `spans` says (sequence and position; they cover rows
-  // [0, B)), and writes logits of the last (or all) of them; logits_out == nullptr only
-  // fills the KV cache. The store holds the new positions (KvStore::append) before
-  // anything is computed. With `scores`, adds the attention each position receives.
-  void run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, bool all_logits,
+  // [0, B)), and writes the logits of `rows`; logits_out == nullptr only fills the KV
+  // cache. The store holds the new positions (KvStore::append) before anything is
+  // computed. With `scores`, adds the attention each position receives.
+  void run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, LogitRows rows,
            ScoreTracking* scores);
 
   // The cos/sin table layer l rotates with ([n_ctx][n_rot/2][2]).

@@ -77,6 +77,7 @@ struct Session::Impl {
   bool flash;
   Forward forward;
   std::vector<QuerySpan> spans;  // which sequence and position each row of a batch is
+  std::vector<int32_t> batch_tokens;  // decode_batch's parts, one after another
   std::vector<float> logits;     // [n_out][n_vocab]
   // Eviction (runtime/kv_compaction.h): kept positions and one turned-back rotation, reused;
   // with track_attention, the attention each cached position of sequence 0 has received.
@@ -149,13 +150,15 @@ std::span<const float> Session::decode_sequence(int32_t seq, std::span<const int
     float* out = all_logits ? &s.logits[start * n_vocab] : last_batch ? s.logits.data() : nullptr;
     s.spans.assign(1, QuerySpan{0, B, s.kv->length(seq), seq});
     // The attention scores are sequence 0's (H2O runs on the one sequence of decode()).
-    s.forward.run(&tokens[start], s.spans, B, out, all_logits, seq == 0 && s.scores.on() ? &s.scores : nullptr);
+    const auto rows = all_logits ? Forward::LogitRows::all : Forward::LogitRows::last;
+    s.forward.run(&tokens[start], s.spans, B, out, rows, seq == 0 && s.scores.on() ? &s.scores : nullptr);
   }
   return {s.logits.data(), s.logits.size()};
 }
 
 int32_t Session::n_past() const { return impl_->length(0); }
 int32_t Session::n_ctx() const { return impl_->n_ctx; }
+int32_t Session::n_batch() const { return impl_->n_batch; }
 int32_t Session::n_threads() const { return impl_->pool.size(); }
 bool Session::flash_attn() const { return impl_->flash; }
 double Session::kv_cache_bytes() const { return impl_->kv->bytes(); }
@@ -311,8 +314,41 @@ std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, s
       const int32_t seq = seqs[start + i];
       s.spans.push_back({i, 1, s.kv->length(seq), seq});
     }
-    s.forward.run(&tokens[start], s.spans, B, &s.logits[start * n_vocab], true, nullptr);
+    s.forward.run(&tokens[start], s.spans, B, &s.logits[start * n_vocab], Forward::LogitRows::all, nullptr);
   }
+  return {s.logits.data(), s.logits.size()};
+}
+
+std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
+  Impl& s = *impl_;
+  const size_t n_vocab = s.c.n_vocab;
+  size_t B = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const BatchPart& part = parts[i];
+    if (!s.kv->alive(part.seq)) throw Error("KV sequence " + std::to_string(part.seq) + " does not exist");
+    for (size_t j = 0; j < i; ++j)
+      if (parts[j].seq == part.seq) throw Error("decode_batch: sequence " + std::to_string(part.seq) + " is listed twice");
+    if (part.tokens.empty()) throw Error("decode_batch: no tokens for sequence " + std::to_string(part.seq));
+    if (s.kv->length(part.seq) + part.tokens.size() > size_t(s.n_ctx))
+      throw Error("context is full: sequence " + std::to_string(part.seq) + " holds " +
+                  std::to_string(s.kv->length(part.seq)) + " tokens and " + std::to_string(part.tokens.size()) +
+                  " more exceed the context size " + std::to_string(s.n_ctx));
+    for (int32_t t : part.tokens)
+      if (t < 0 || size_t(t) >= n_vocab)
+        throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+    B += part.tokens.size();
+  }
+  if (B > size_t(s.n_batch))
+    throw Error("decode_batch: " + std::to_string(B) + " tokens exceed the batch size " + std::to_string(s.n_batch));
+  if (parts.empty()) return {};
+  s.batch_tokens.clear();
+  s.spans.clear();
+  for (const BatchPart& part : parts) {
+    s.spans.push_back({s.batch_tokens.size(), part.tokens.size(), s.kv->length(part.seq), part.seq});
+    s.batch_tokens.insert(s.batch_tokens.end(), part.tokens.begin(), part.tokens.end());
+  }
+  s.logits.resize(parts.size() * n_vocab);
+  s.forward.run(s.batch_tokens.data(), s.spans, B, s.logits.data(), Forward::LogitRows::span_ends, nullptr);
   return {s.logits.data(), s.logits.size()};
 }
 
