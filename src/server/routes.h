@@ -1,0 +1,58 @@
+#pragma once
+// What the route files share inside the server: the backend once it is ready, the
+// request counters for /metrics, JSON replies and the streaming of a CompletionStream.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "server/http_server.h"
+
+namespace kiln::server {
+
+struct ServerState {
+  std::mutex mu;
+  Backend* backend = nullptr;  // set once ready
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> next_id{1};
+  std::string id_salt;  // random per process: ids stay unique across restarts
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::map<std::string, uint64_t> responses;  // "route status" -> count, for /metrics (under mu)
+
+  // The backend, or ApiError 503 while the model loads (or after stop()).
+  Backend& ready();
+  std::string new_id(const char* prefix);
+};
+
+// Wraps a route: every exception becomes one JSON error response (ApiError: its status;
+// QueueFullError: 503 with Retry-After; UsageError: 400; any other: 500). `ollama`
+// routes answer {"error": "message"} as ollama does.
+httplib::Server::Handler guarded(std::function<void(const httplib::Request&, httplib::Response&)> route,
+                                 bool ollama = false);
+
+void reply_json(httplib::Response& res, const json& body, int status = 200);
+
+// Submits, mapping the engine's refusals to 400/503.
+std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req);
+
+// Waits for the whole stream (non-streaming responses): the text and the last event.
+// A stream that ends with FinishReason::error throws ApiError 500 with its message.
+CompletionEvent collect(CompletionStream& stream, std::string& text);
+
+// Streams as a chunked response: `format` turns each event into the bytes to send (the
+// done event included: the final chunk and terminator). A client that goes away, or the
+// server stopping, cancels the request.
+void stream_response(httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,
+                     std::function<std::string(const CompletionEvent&)> format);
+
+int64_t unix_now();
+
+void register_completion_routes(httplib::Server& svr, ServerState& state);
+void register_ollama_routes(httplib::Server& svr, ServerState& state);
+void register_info_routes(httplib::Server& svr, ServerState& state);
+
+}  // namespace kiln::server
