@@ -89,10 +89,11 @@ int serve(ServeOptions& o) {
   struct Joiner {
     std::atomic<bool>& done;
     std::thread& t;
-    ~Joiner() {
+    void join() {
       done = true;
-      t.join();
+      if (t.joinable()) t.join();
     }
+    ~Joiner() { join(); }
   } joiner{done, signal_thread};
   http.start();
 
@@ -109,6 +110,9 @@ int serve(ServeOptions& o) {
   std::fprintf(stderr, "listening on http://%s:%d\n", o.http.host.c_str(), port);
   std::fflush(stderr);
   http.wait();
+  // The signal thread may still be inside http.stop(), shutting the engine down: it
+  // must be done before the engine goes.
+  joiner.join();
   http.set_backend(nullptr);
   return 0;
 }

@@ -195,6 +195,9 @@ int HttpServer::bind() {
 
 void HttpServer::start() {
   impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
+  // httplib's stop() does nothing until the loop runs: a SIGTERM right after start()
+  // would be lost.
+  for (int i = 0; i < 5000 && !impl_->svr.is_running(); ++i) std::this_thread::sleep_for(1ms);
 }
 
 void HttpServer::set_backend(Backend* backend) {
