@@ -349,6 +349,89 @@ TEST_F(ServerTest, MetricsAreParseablePrometheusText) {
     }
 }
 
+// Every line one JSON object; the last has done = true.
+std::vector<json> ndjson_lines(const std::string& body) {
+  std::vector<json> out;
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    out.push_back(json::parse(line, nullptr, false));
+    EXPECT_TRUE(out.back().is_object()) << line;
+  }
+  EXPECT_FALSE(out.empty());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].value("done", false), i + 1 == out.size()) << out[i];
+  return out;
+}
+
+TEST_F(ServerTest, OllamaGenerateStreamsNdjsonByDefault) {
+  const json options = {{"num_predict", 12}, {"temperature", 0}};
+  auto r = post("/api/generate", json{{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"options", options}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/x-ndjson");
+  const std::vector<json> lines = ndjson_lines(r->body);
+  std::string text;
+  for (const json& l : lines) text += l["response"].get<std::string>();
+  const json& last = lines.back();
+  EXPECT_EQ(last["done_reason"], "length");
+  EXPECT_EQ(last["eval_count"], 12);
+  EXPECT_GT(last["prompt_eval_count"].get<int>(), 0);
+  EXPECT_TRUE(last["total_duration"].is_number_integer());
+  // stories260K has no chat template: the prompt goes through the plain one unchanged.
+  const json c = post_json("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(text, c["choices"][0]["text"]);
+  auto whole = post("/api/generate", json{{"prompt", "Once upon a time"}, {"stream", false}, {"options", options}}.dump());
+  ASSERT_TRUE(whole);
+  const json w = json::parse(whole->body);
+  EXPECT_EQ(w["done"], true);
+  EXPECT_EQ(w["response"], text);
+}
+
+TEST_F(ServerTest, OllamaChatTagsShowVersion) {
+  auto r = post("/api/chat", json{{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+                                  {"options", {{"num_predict", 4}, {"temperature", 0}}}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const std::vector<json> lines = ndjson_lines(r->body);
+  for (const json& l : lines) EXPECT_EQ(l["message"]["role"], "assistant") << l;
+  EXPECT_EQ(lines.back()["eval_count"], 4);
+  auto tags = cli_->Get("/api/tags");
+  ASSERT_TRUE(tags);
+  const json t = json::parse(tags->body);
+  ASSERT_EQ(t["models"].size(), 1u);
+  EXPECT_EQ(t["models"][0]["name"], "stories260K");
+  EXPECT_EQ(t["models"][0]["details"]["format"], "gguf");
+  EXPECT_EQ(t["models"][0]["details"]["family"], "llama");
+  const json show = post_json("/api/show", {{"model", "stories260K"}});
+  EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
+  EXPECT_TRUE(show["template"].is_string());
+  auto v = cli_->Get("/api/version");
+  ASSERT_TRUE(v);
+  EXPECT_TRUE(json::parse(v->body)["version"].is_string());
+}
+
+TEST_F(ServerTest, OllamaBadInputIs400WithOllamasErrorShape) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"prompt\": \"x\", \"options\": {\"temperature\": \"a\"}}", "options.temperature"},
+      {"{\"prompt\": \"x\", \"options\": {\"num_predict\": 1.5}}", "options.num_predict"},
+      {"{\"prompt\": \"x\", \"options\": 3}", "options"},
+      {"{\"prompt\": 3}", "prompt"},
+      {"{\"prompt\": \"x\", \"stream\": 1}", "stream"},
+  };
+  for (const auto& [body, field] : cases) {
+    auto r = post("/api/generate", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j["error"].is_string()) << r->body;
+    EXPECT_NE(j["error"].get<std::string>().find(field), std::string::npos) << r->body;
+  }
+  auto r = post("/api/chat", "{\"messages\": [{\"role\": \"nobody\", \"content\": \"x\"}]}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("messages[0].role"), std::string::npos) << r->body;
+}
+
 TEST(ServerOptions, ApiKeyIsRequiredWhereSet) {
   ServerProcess s({"--api-key", "secret"});
   auto c = s.client();
