@@ -432,6 +432,19 @@ TEST_F(ServerTest, OllamaBadInputIs400WithOllamasErrorShape) {
   EXPECT_NE(r->body.find("messages[0].role"), std::string::npos) << r->body;
 }
 
+TEST_F(ServerTest, PageIsASelfContainedChat) {
+  auto r = cli_->Get("/");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/html", 0), 0u);
+  EXPECT_NE(r->body.find("<textarea"), std::string::npos);
+  EXPECT_NE(r->body.find("/v1/chat/completions"), std::string::npos);
+  EXPECT_NE(r->body.find("stream: true"), std::string::npos);
+  // Nothing loaded from elsewhere (no CDN).
+  EXPECT_EQ(r->body.find("http://"), std::string::npos);
+  EXPECT_EQ(r->body.find("https://"), std::string::npos);
+}
+
 TEST(ServerOptions, ApiKeyIsRequiredWhereSet) {
   ServerProcess s({"--api-key", "secret"});
   auto c = s.client();
