@@ -16,6 +16,7 @@
 #include <regex>
 #include <thread>
 
+#include "server/routes.h"
 #include "test_util.h"
 
 namespace {
@@ -483,6 +484,80 @@ TEST(ServerOptions, SigtermExitsZeroAndAccessLogHasTheRequests) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_NE(s.err().find("GET /health 200"), std::string::npos) << s.err();
   EXPECT_NE(s.err().find("GET /v1/nothing 404"), std::string::npos) << s.err();
+}
+
+}  // namespace
+
+namespace {
+
+double metric_value(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + name.size() + 2));
+}
+
+TEST(ServerOptions, StreamingClientThatLeavesCancelsItsRequest) {
+  ServerProcess s({"-t", "1"});
+  auto c = s.client();
+  // Long enough (2000 tokens, past end of text) to be running when the client leaves.
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
+  size_t received = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+    received += n;
+    return false;  // hang up after the first bytes
+  };
+  (void)c->send(req);
+  EXPECT_GT(received, 0u);
+  c.reset();
+  auto m = s.client();
+  double cancelled = 0;
+  for (int i = 0; i < 100 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(50ms);
+    auto r = m->Get("/metrics");
+    ASSERT_TRUE(r);
+    cancelled = metric_value(r->body, "kiln:requests_cancelled_total");
+  }
+  EXPECT_EQ(cancelled, 1) << "the request was not cancelled when its client left";
+  EXPECT_EQ(m->Get("/health")->status, 200);
+}
+
+TEST(ServerOptions, QuietKeepsTheReadyLineOnly) {
+  ServerProcess s({"--quiet"});
+  auto c = s.client();
+  ASSERT_EQ(c->Get("/health")->status, 200);
+  ASSERT_EQ(s.stop(), 0);
+  EXPECT_NE(s.err().find("listening on http://127.0.0.1:"), std::string::npos);
+  EXPECT_EQ(s.err().find("/health"), std::string::npos) << s.err();
+}
+
+// The HTTP boundary's mapping of exceptions to responses, without a server.
+TEST(ServerErrors, ExceptionsBecomeOneJsonErrorWithItsStatus) {
+  using namespace kiln::server;
+  const auto call = [](std::function<void()> thrower, bool ollama = false) {
+    httplib::Request req;
+    httplib::Response res;
+    guarded([&](const httplib::Request&, httplib::Response&) { thrower(); }, ollama)(req, res);
+    return res;
+  };
+  httplib::Response r = call([] { throw kiln::QueueFullError("the queue is full"); });
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(r.body)["error"]["message"], "the queue is full");
+  r = call([] { throw ApiError(400, "top_k must be an integer", "invalid_request_error", "top_k"); });
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "top_k");
+  r = call([] { throw kiln::UsageError("bad"); });
+  EXPECT_EQ(r.status, 400);
+  r = call([] { throw std::runtime_error("boom"); });
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "server_error");
+  r = call([] { throw ApiError(400, "options.top_k must be an integer"); }, /*ollama=*/true);
+  EXPECT_EQ(json::parse(r.body)["error"], "options.top_k must be an integer");
 }
 
 }  // namespace

@@ -25,10 +25,10 @@ void completions(ServerState& state, const httplib::Request& req, httplib::Respo
   const std::string id = state.new_id("cmpl-"), model = b.info.name;
   const int64_t created = unix_now();
   if (!p.stream) {
-    std::string text;
-    const CompletionEvent last = collect(*stream, text);
-    const Usage u = usage_of(last);
-    reply_json(res, completion_json(id, created, model, text, openai_finish(last.finish), &u));
+    respond_when_done(res, stream, [=](const std::string& text, const CompletionEvent& last) {
+      const Usage u = usage_of(last);
+      return completion_json(id, created, model, text, openai_finish(last.finish), &u);
+    });
     return;
   }
   stream_response(res, "text/event-stream", stream, [=, include_usage = p.include_usage](const CompletionEvent& ev) {
@@ -52,9 +52,9 @@ void chat_completions(ServerState& state, const httplib::Request& req, httplib::
   const std::string id = state.new_id("chatcmpl-"), model = b.info.name;
   const int64_t created = unix_now();
   if (!p.stream) {
-    std::string text;
-    const CompletionEvent last = collect(*stream, text);
-    reply_json(res, chat_json(id, created, model, text, openai_finish(last.finish), usage_of(last)));
+    respond_when_done(res, stream, [=](const std::string& text, const CompletionEvent& last) {
+      return chat_json(id, created, model, text, openai_finish(last.finish), usage_of(last));
+    });
     return;
   }
   auto first = std::make_shared<bool>(true);

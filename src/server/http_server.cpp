@@ -71,15 +71,38 @@ std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req) {
   }
 }
 
-CompletionEvent collect(CompletionStream& stream, std::string& text) {
-  CompletionEvent ev;
-  while (true) {
-    if (!stream.next(ev, 100ms)) continue;  // the engine ends every stream, shutdown included
-    text += ev.text;
-    if (ev.done) break;
-  }
-  if (ev.finish == FinishReason::error) throw ApiError(500, ev.error, "server_error");
-  return ev;
+void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream> stream,
+                       std::function<json(const std::string& text, const CompletionEvent& last)> body, bool ollama) {
+  struct State {
+    std::string text;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+    bool finished = false;
+  };
+  auto st = std::make_shared<State>();
+  res.set_chunked_content_provider(
+      "application/json",
+      [stream, body = std::move(body), st, ollama](size_t, httplib::DataSink& sink) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - st->last_write >= 1s) {
+          if (!sink.write(" ", 1)) return false;  // the client went away
+          st->last_write = now;
+        }
+        CompletionEvent ev;
+        if (!stream->next(ev, 100ms)) return true;
+        st->text += ev.text;
+        if (!ev.done) return true;
+        json j;
+        if (ev.finish == FinishReason::error) j = ollama ? json{{"error", ev.error}} : error_json(500, ev.error, "server_error");
+        else j = body(st->text, ev);
+        const std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+        st->finished = true;
+        if (!sink.write(out.data(), out.size())) return false;
+        sink.done();
+        return true;
+      },
+      [stream, st](bool) {
+        if (!st->finished) stream->cancel();
+      });
 }
 
 void stream_response(httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,

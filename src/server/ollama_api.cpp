@@ -168,12 +168,15 @@ void generate_or_chat(ServerState& state, const httplib::Request& req, httplib::
   auto stream = submit(b, std::move(p.request));
   auto timing = std::make_shared<Timing>();
   if (!p.stream) {
-    std::string text;
-    const CompletionEvent last = collect(*stream, text);
-    timing->event();
-    json j = piece(text, true);
-    timing->finish(j, last);
-    reply_json(res, j);
+    respond_when_done(
+        res, stream,
+        [=](const std::string& text, const CompletionEvent& last) {
+          timing->event();
+          json j = piece(text, true);
+          timing->finish(j, last);
+          return j;
+        },
+        /*ollama=*/true);
     return;
   }
   stream_response(res, "application/x-ndjson", stream, [=](const CompletionEvent& ev) {

@@ -39,9 +39,14 @@ void reply_json(httplib::Response& res, const json& body, int status = 200);
 // Submits, mapping the engine's refusals to 400/503.
 std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req);
 
-// Waits for the whole stream (non-streaming responses): the text and the last event.
-// A stream that ends with FinishReason::error throws ApiError 500 with its message.
-CompletionEvent collect(CompletionStream& stream, std::string& text);
+// A whole (non-streaming) response: `body` makes it from the text and the last event once
+// the stream ends. httplib 0.11 cannot tell a handler that its client left, so the answer
+// is sent chunked and a space (JSON ignores it) goes out every second while it is being
+// generated: a write that fails means the client is gone, and the request is cancelled.
+// The status is 200 from the start: a stream that ends with FinishReason::error sends an
+// error object (`ollama`: ollama's shape) as the body.
+void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream> stream,
+                       std::function<json(const std::string& text, const CompletionEvent& last)> body, bool ollama = false);
 
 // Streams as a chunked response: `format` turns each event into the bytes to send (the
 // done event included: the final chunk and terminator). A client that goes away, or the
