@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -524,6 +525,34 @@ TEST(ServerOptions, StreamingClientThatLeavesCancelsItsRequest) {
   }
   EXPECT_EQ(cancelled, 1) << "the request was not cancelled when its client left";
   EXPECT_EQ(m->Get("/health")->status, 200);
+}
+
+TEST(ServerOptions, FullQueueIs503WithRetryAfter) {
+  ServerProcess s({"-np", "1", "--max-queue", "0", "-t", "1"});
+  // One request runs (2000 tokens past end of text); with no room to wait, the next is refused.
+  std::atomic<bool> streaming{false};
+  std::thread first([&] {
+    auto c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      streaming = true;
+      return true;
+    };
+    (void)c->send(req);
+  });
+  for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
+  auto c = s.client();
+  auto r = c->Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}.dump(), "application/json");
+  first.join();
+  ASSERT_TRUE(streaming.load());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  EXPECT_TRUE(json::parse(r->body)["error"].is_object());
 }
 
 TEST(ServerOptions, QuietKeepsTheReadyLineOnly) {

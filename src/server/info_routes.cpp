@@ -96,9 +96,7 @@ void metrics(ServerState& state, httplib::Response& res) {
     metric("kiln:tokens_predicted_total", "counter", "Generated tokens.", double(m.completion_tokens_total));
     metric("kiln:requests_processing", "gauge", "Requests running now.", m.running);
     metric("kiln:requests_deferred", "gauge", "Requests waiting for a slot.", m.waiting);
-    metric("kiln:kv_blocks_used", "gauge", "KV blocks held by running requests.", double(m.kv_blocks_used));
-    metric("kiln:kv_blocks_cached", "gauge", "KV blocks kept for prefix reuse.", double(m.kv_blocks_cached));
-    metric("kiln:kv_blocks_total", "gauge", "KV blocks in the pool.", double(m.kv_blocks_total));
+    metric("kiln:kv_blocks_used", "gauge", "KV blocks held by running requests and cached prefixes.", double(m.kv_blocks_used));
     metric("kiln:predicted_tokens_seconds", "gauge", "Decode throughput over the last steps (tokens/s).",
            m.decode_tokens_per_second);
   }
