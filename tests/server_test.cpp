@@ -555,6 +555,35 @@ TEST(ServerOptions, FullQueueIs503WithRetryAfter) {
   EXPECT_TRUE(json::parse(r->body)["error"].is_object());
 }
 
+TEST(ServerOptions, SigtermEndsRunningStreamsCleanlyAndExitsZero) {
+  ServerProcess s({"-t", "1"});
+  std::atomic<bool> streaming{false};
+  std::string body;
+  std::thread client([&] {
+    auto c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      streaming = true;
+      return true;
+    };
+    (void)c->send(req);
+  });
+  for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
+  const int status = s.stop();
+  client.join();
+  ASSERT_TRUE(streaming.load());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::vector<json> events = sse_events(body);  // ends with [DONE]
+  ASSERT_FALSE(events.empty());
+  EXPECT_FALSE(events.back()["choices"][0]["finish_reason"].is_null()) << events.back();
+}
+
 TEST(ServerOptions, QuietKeepsTheReadyLineOnly) {
   ServerProcess s({"--quiet"});
   auto c = s.client();

@@ -25,13 +25,13 @@ void completions(ServerState& state, const httplib::Request& req, httplib::Respo
   const std::string id = state.new_id("cmpl-"), model = b.info.name;
   const int64_t created = unix_now();
   if (!p.stream) {
-    respond_when_done(res, stream, [=](const std::string& text, const CompletionEvent& last) {
+    respond_when_done(state, res, stream, [=](const std::string& text, const CompletionEvent& last) {
       const Usage u = usage_of(last);
       return completion_json(id, created, model, text, openai_finish(last.finish), &u);
     });
     return;
   }
-  stream_response(res, "text/event-stream", stream, [=, include_usage = p.include_usage](const CompletionEvent& ev) {
+  stream_response(state, res, "text/event-stream", stream, [=, include_usage = p.include_usage](const CompletionEvent& ev) {
     if (ev.done && ev.finish == FinishReason::error) return sse_error(ev);
     std::string out;
     if (!ev.text.empty()) out += sse(completion_chunk(id, created, model, ev.text, nullptr));
@@ -52,13 +52,13 @@ void chat_completions(ServerState& state, const httplib::Request& req, httplib::
   const std::string id = state.new_id("chatcmpl-"), model = b.info.name;
   const int64_t created = unix_now();
   if (!p.stream) {
-    respond_when_done(res, stream, [=](const std::string& text, const CompletionEvent& last) {
+    respond_when_done(state, res, stream, [=](const std::string& text, const CompletionEvent& last) {
       return chat_json(id, created, model, text, openai_finish(last.finish), usage_of(last));
     });
     return;
   }
   auto first = std::make_shared<bool>(true);
-  stream_response(res, "text/event-stream", stream, [=, include_usage = p.include_usage](const CompletionEvent& ev) {
+  stream_response(state, res, "text/event-stream", stream, [=, include_usage = p.include_usage](const CompletionEvent& ev) {
     if (ev.done && ev.finish == FinishReason::error) return sse_error(ev);
     std::string out;
     if (*first) {  // OpenAI's first chunk names the role

@@ -71,7 +71,7 @@ std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req) {
   }
 }
 
-void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream> stream,
+void respond_when_done(ServerState& state, httplib::Response& res, std::shared_ptr<CompletionStream> stream,
                        std::function<json(const std::string& text, const CompletionEvent& last)> body, bool ollama) {
   struct State {
     std::string text;
@@ -79,6 +79,7 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream>
     bool finished = false;
   };
   auto st = std::make_shared<State>();
+  ++state.open_streams;
   res.set_chunked_content_provider(
       "application/json",
       [stream, body = std::move(body), st, ollama](size_t, httplib::DataSink& sink) {
@@ -100,14 +101,16 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream>
         sink.done();
         return true;
       },
-      [stream, st](bool) {
+      [stream, st, &state](bool) {
         if (!st->finished) stream->cancel();
+        --state.open_streams;
       });
 }
 
-void stream_response(httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,
+void stream_response(ServerState& state, httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,
                      std::function<std::string(const CompletionEvent&)> format) {
   auto finished = std::make_shared<bool>(false);
+  ++state.open_streams;
   res.set_chunked_content_provider(
       content_type,
       [stream, format = std::move(format), finished](size_t, httplib::DataSink& sink) {
@@ -122,15 +125,16 @@ void stream_response(httplib::Response& res, const char* content_type, std::shar
         }
         return true;
       },
-      [stream, finished](bool) {
+      [stream, finished, &state](bool) {
         if (!*finished) stream->cancel();
+        --state.open_streams;
       });
 }
 
 struct HttpServer::Impl {
   ServerOptions options;
+  ServerState state;    // before svr: its handlers and responses refer to it
   httplib::Server svr;
-  ServerState state;
   std::thread thread;
   int port = -1;
 };
@@ -233,13 +237,15 @@ void HttpServer::stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->state.mu);
     if (impl_->state.stopping) return;
-    impl_->state.stopping = true;
+    impl_->state.stopping = true;  // new requests get 503 from here on
     backend = impl_->state.backend;
   }
-  impl_->svr.stop();
-  // Running requests are cancelled: their streams end, and with them the HTTP threads
-  // that wait on them.
+  // Running requests are cancelled first, while their connections still write: each
+  // stream ends with its last chunk (and [DONE]) rather than being cut, and the HTTP
+  // threads waiting on them finish. Then the listening loop stops.
   if (backend) backend->engine.shutdown(/*finish_running=*/false);
+  for (int i = 0; i < 500 && impl_->state.open_streams > 0; ++i) std::this_thread::sleep_for(10ms);
+  impl_->svr.stop();
 }
 
 void HttpServer::wait() {

@@ -169,7 +169,7 @@ void generate_or_chat(ServerState& state, const httplib::Request& req, httplib::
   auto timing = std::make_shared<Timing>();
   if (!p.stream) {
     respond_when_done(
-        res, stream,
+        state, res, stream,
         [=](const std::string& text, const CompletionEvent& last) {
           timing->event();
           json j = piece(text, true);
@@ -179,7 +179,7 @@ void generate_or_chat(ServerState& state, const httplib::Request& req, httplib::
         /*ollama=*/true);
     return;
   }
-  stream_response(res, "application/x-ndjson", stream, [=](const CompletionEvent& ev) {
+  stream_response(state, res, "application/x-ndjson", stream, [=](const CompletionEvent& ev) {
     timing->event();
     if (ev.done && ev.finish == FinishReason::error) return ndjson(json{{"error", ev.error}});
     std::string out;

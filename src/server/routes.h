@@ -22,6 +22,8 @@ struct ServerState {
   std::string id_salt;  // random per process: ids stay unique across restarts
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::map<std::string, uint64_t> responses;  // "route status" -> count, for /metrics (under mu)
+  // Responses still sending a stream: stop() lets them send their last chunk.
+  std::atomic<int> open_streams{0};
 
   // The backend, or ApiError 503 while the model loads (or after stop()).
   Backend& ready();
@@ -45,13 +47,13 @@ std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req);
 // generated: a write that fails means the client is gone, and the request is cancelled.
 // The status is 200 from the start: a stream that ends with FinishReason::error sends an
 // error object (`ollama`: ollama's shape) as the body.
-void respond_when_done(httplib::Response& res, std::shared_ptr<CompletionStream> stream,
+void respond_when_done(ServerState& state, httplib::Response& res, std::shared_ptr<CompletionStream> stream,
                        std::function<json(const std::string& text, const CompletionEvent& last)> body, bool ollama = false);
 
 // Streams as a chunked response: `format` turns each event into the bytes to send (the
 // done event included: the final chunk and terminator). A client that goes away, or the
 // server stopping, cancels the request.
-void stream_response(httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,
+void stream_response(ServerState& state, httplib::Response& res, const char* content_type, std::shared_ptr<CompletionStream> stream,
                      std::function<std::string(const CompletionEvent&)> format);
 
 int64_t unix_now();
