@@ -251,6 +251,20 @@ TEST_F(ServerTest, StopStringEndsTheText) {
   EXPECT_EQ(text, full.substr(0, full.find("little")));
 }
 
+TEST_F(ServerTest, LogitBiasSeedAndMaxCompletionTokens) {
+  // A +100 bias makes greedy pick that token every time.
+  const json b = post_json("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0},
+                                               {"logit_bias", {{"400", 100}}}});
+  const json d = post_json("/detokenize", {{"tokens", {400, 400, 400}}});
+  EXPECT_EQ(b["choices"][0]["text"], d["content"]);
+  // The same seed draws the same text; max_completion_tokens wins over max_tokens.
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 50}, {"max_completion_tokens", 10}, {"temperature", 1.0},
+                    {"seed", 1234}};
+  const json a1 = post_json("/v1/completions", req), a2 = post_json("/v1/completions", req);
+  EXPECT_EQ(a1["choices"][0]["text"], a2["choices"][0]["text"]);
+  EXPECT_EQ(a1["usage"]["completion_tokens"], 10);
+}
+
 TEST_F(ServerTest, ChatCompletionWholeAndStreamed) {
   const json body = {{"messages", {{{"role", "system"}, {"content", "Stories."}}, {{"role", "user"}, {"content", "Once upon a time"}}}},
                      {"max_tokens", 8},
