@@ -1,23 +1,18 @@
-// kiln serve end to end: the real binary on stories260K, on a port it picks (--port 0),
-// talked to with httplib::Client. Each server is stopped by its owner's destructor
-// (SIGTERM, then SIGKILL after a timeout) even when an assertion fails.
-#include <fcntl.h>
+// kiln serve end to end, one server for all: each endpoint's shape, SSE and NDJSON framing,
+// greedy text equal to kiln run's, every bad input's 400 naming its field.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <thread>
 
-#include "server/routes.h"
+#include "server_process.h"
 #include "test_util.h"
 
 namespace {
@@ -25,102 +20,12 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using kiln::test::kiln_binary;
-using kiln::test::shared_path;
+using kiln::test::ndjson_lines;
+using kiln::test::ServerProcess;
+using kiln::test::sse_events;
 
-std::string model() { return shared_path("models/stories260K.gguf"); }
+std::string model() { return kiln::test::stories_model(); }
 
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {kiln_binary(), "serve", model(), "--host", "127.0.0.1", "--port", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDERR_FILENO);
-      const int null = open("/dev/null", O_WRONLY);
-      dup2(null, STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    err_fd_ = fds[0];
-    // Drained all along: a full pipe would block the server's access log.
-    reader_ = std::thread([this] {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(err_fd_, buf, sizeof buf)) > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        err_.append(buf, size_t(n));
-      }
-    });
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    const std::regex ready("listening on http://127\\.0\\.0\\.1:([0-9]+)\n");
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string e = err();
-      if (std::regex_search(e, m, ready)) {
-        port_ = std::stoi(m[1]);
-        return;
-      }
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) break;
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "kiln serve did not get ready; stderr:\n" << err();
-  }
-  ~ServerProcess() { stop(); }
-
-  // SIGTERM, then up to 20 s for the exit; SIGKILL after that. The exit status as waitpid gives it.
-  int stop() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (waitpid(pid_, &status_, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          ADD_FAILURE() << "kiln serve did not exit within 20 s of SIGTERM";
-          kill(pid_, SIGKILL);
-          waitpid(pid_, &status_, 0);
-          break;
-        }
-        std::this_thread::sleep_for(20ms);
-      }
-      pid_ = -1;
-    }
-    if (reader_.joinable()) reader_.join();
-    if (err_fd_ >= 0) close(err_fd_), err_fd_ = -1;
-    return status_;
-  }
-
-  std::unique_ptr<httplib::Client> client() const {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    c->set_connection_timeout(5);
-    c->set_read_timeout(60);
-    c->set_write_timeout(10);
-    return c;
-  }
-  int port() const { return port_; }
-  std::string err() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return err_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = -1;
-  int port_ = 0;
-  int err_fd_ = -1;
-  std::thread reader_;
-  mutable std::mutex mu_;
-  std::string err_;
-};
-
-// One server for the tests that do not need special flags.
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { server_ = new ServerProcess(); }
@@ -151,25 +56,6 @@ ServerProcess* ServerTest::server_ = nullptr;
 
 // The JSON objects of an SSE body; checks the framing (every event `data: ...\n\n`, the
 // last one `data: [DONE]`).
-std::vector<json> sse_events(const std::string& body) {
-  std::vector<json> out;
-  size_t pos = 0;
-  bool done = false;
-  while (pos < body.size()) {
-    const size_t end = body.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "unterminated event at " << pos << ": " << body.substr(pos);
-    if (end == std::string::npos) break;
-    const std::string event = body.substr(pos, end - pos);
-    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-    EXPECT_FALSE(done) << "event after [DONE]: " << event;
-    if (event == "data: [DONE]") done = true;
-    else out.push_back(json::parse(event.substr(6)));
-    pos = end + 2;
-  }
-  EXPECT_TRUE(done) << "no data: [DONE]";
-  return out;
-}
-
 TEST_F(ServerTest, HealthAndModels) {
   auto h = cli_->Get("/health");
   ASSERT_TRUE(h);
@@ -366,19 +252,6 @@ TEST_F(ServerTest, MetricsAreParseablePrometheusText) {
 }
 
 // Every line one JSON object; the last has done = true.
-std::vector<json> ndjson_lines(const std::string& body) {
-  std::vector<json> out;
-  std::istringstream lines(body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    out.push_back(json::parse(line, nullptr, false));
-    EXPECT_TRUE(out.back().is_object()) << line;
-  }
-  EXPECT_FALSE(out.empty());
-  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].value("done", false), i + 1 == out.size()) << out[i];
-  return out;
-}
-
 TEST_F(ServerTest, OllamaGenerateStreamsNdjsonByDefault) {
   const json options = {{"num_predict", 12}, {"temperature", 0}};
   auto r = post("/api/generate", json{{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"options", options}}.dump());
@@ -459,177 +332,6 @@ TEST_F(ServerTest, PageIsASelfContainedChat) {
   // Nothing loaded from elsewhere (no CDN).
   EXPECT_EQ(r->body.find("http://"), std::string::npos);
   EXPECT_EQ(r->body.find("https://"), std::string::npos);
-}
-
-TEST(ServerOptions, ApiKeyIsRequiredWhereSet) {
-  ServerProcess s({"--api-key", "secret"});
-  auto c = s.client();
-  auto none = c->Get("/v1/models");
-  ASSERT_TRUE(none);
-  EXPECT_EQ(none->status, 401);
-  EXPECT_TRUE(json::parse(none->body)["error"].is_object());
-  auto wrong = c->Get("/v1/models", {{"Authorization", "Bearer nope"}});
-  ASSERT_TRUE(wrong);
-  EXPECT_EQ(wrong->status, 401);
-  auto right = c->Get("/v1/models", {{"Authorization", "Bearer secret"}});
-  ASSERT_TRUE(right);
-  EXPECT_EQ(right->status, 200);
-  EXPECT_EQ(c->Get("/health")->status, 200);  // open, for load balancers
-}
-
-TEST(ServerOptions, BodyOverMaxBodyIs413) {
-  ServerProcess s({"--max-body", "1000"});
-  auto c = s.client();
-  const std::string big = json{{"prompt", std::string(2000, 'a')}}.dump();
-  auto r = c->Post("/v1/completions", big, "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 413);
-  auto small = c->Post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 1}}.dump(), "application/json");
-  ASSERT_TRUE(small);
-  EXPECT_EQ(small->status, 200);
-}
-
-TEST(ServerOptions, SigtermExitsZeroAndAccessLogHasTheRequests) {
-  ServerProcess s;
-  auto c = s.client();
-  ASSERT_EQ(c->Get("/health")->status, 200);
-  ASSERT_EQ(c->Get("/v1/nothing")->status, 404);
-  const int status = s.stop();
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_NE(s.err().find("GET /health 200"), std::string::npos) << s.err();
-  EXPECT_NE(s.err().find("GET /v1/nothing 404"), std::string::npos) << s.err();
-}
-
-}  // namespace
-
-namespace {
-
-double metric_value(const std::string& metrics, const std::string& name) {
-  const size_t at = metrics.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(metrics.substr(at + name.size() + 2));
-}
-
-TEST(ServerOptions, StreamingClientThatLeavesCancelsItsRequest) {
-  ServerProcess s({"-t", "1"});
-  auto c = s.client();
-  // Long enough (2000 tokens, past end of text) to be running when the client leaves.
-  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
-  size_t received = 0;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body;
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
-    received += n;
-    return false;  // hang up after the first bytes
-  };
-  (void)c->send(req);
-  EXPECT_GT(received, 0u);
-  c.reset();
-  auto m = s.client();
-  double cancelled = 0;
-  for (int i = 0; i < 100 && cancelled < 1; ++i) {
-    std::this_thread::sleep_for(50ms);
-    auto r = m->Get("/metrics");
-    ASSERT_TRUE(r);
-    cancelled = metric_value(r->body, "kiln:requests_cancelled_total");
-  }
-  EXPECT_EQ(cancelled, 1) << "the request was not cancelled when its client left";
-  EXPECT_EQ(m->Get("/health")->status, 200);
-}
-
-TEST(ServerOptions, FullQueueIs503WithRetryAfter) {
-  ServerProcess s({"-np", "1", "--max-queue", "0", "-t", "1"});
-  // One request runs (2000 tokens past end of text); with no room to wait, the next is refused.
-  std::atomic<bool> streaming{false};
-  std::thread first([&] {
-    auto c = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      streaming = true;
-      return true;
-    };
-    (void)c->send(req);
-  });
-  for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
-  auto c = s.client();
-  auto r = c->Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}.dump(), "application/json");
-  first.join();
-  ASSERT_TRUE(streaming.load());
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503) << r->body;
-  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
-  EXPECT_TRUE(json::parse(r->body)["error"].is_object());
-}
-
-TEST(ServerOptions, SigtermEndsRunningStreamsCleanlyAndExitsZero) {
-  ServerProcess s({"-t", "1"});
-  std::atomic<bool> streaming{false};
-  std::string body;
-  std::thread client([&] {
-    auto c = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      body.append(data, n);
-      streaming = true;
-      return true;
-    };
-    (void)c->send(req);
-  });
-  for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
-  const int status = s.stop();
-  client.join();
-  ASSERT_TRUE(streaming.load());
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  const std::vector<json> events = sse_events(body);  // ends with [DONE]
-  ASSERT_FALSE(events.empty());
-  EXPECT_FALSE(events.back()["choices"][0]["finish_reason"].is_null()) << events.back();
-}
-
-TEST(ServerOptions, QuietKeepsTheReadyLineOnly) {
-  ServerProcess s({"--quiet"});
-  auto c = s.client();
-  ASSERT_EQ(c->Get("/health")->status, 200);
-  ASSERT_EQ(s.stop(), 0);
-  EXPECT_NE(s.err().find("listening on http://127.0.0.1:"), std::string::npos);
-  EXPECT_EQ(s.err().find("/health"), std::string::npos) << s.err();
-}
-
-// The HTTP boundary's mapping of exceptions to responses, without a server.
-TEST(ServerErrors, ExceptionsBecomeOneJsonErrorWithItsStatus) {
-  using namespace kiln::server;
-  const auto call = [](std::function<void()> thrower, bool ollama = false) {
-    httplib::Request req;
-    httplib::Response res;
-    guarded([&](const httplib::Request&, httplib::Response&) { thrower(); }, ollama)(req, res);
-    return res;
-  };
-  httplib::Response r = call([] { throw kiln::QueueFullError("the queue is full"); });
-  EXPECT_EQ(r.status, 503);
-  EXPECT_EQ(r.get_header_value("Retry-After"), "1");
-  EXPECT_EQ(json::parse(r.body)["error"]["message"], "the queue is full");
-  r = call([] { throw ApiError(400, "top_k must be an integer", "invalid_request_error", "top_k"); });
-  EXPECT_EQ(r.status, 400);
-  EXPECT_EQ(json::parse(r.body)["error"]["param"], "top_k");
-  r = call([] { throw kiln::UsageError("bad"); });
-  EXPECT_EQ(r.status, 400);
-  r = call([] { throw std::runtime_error("boom"); });
-  EXPECT_EQ(r.status, 500);
-  EXPECT_EQ(json::parse(r.body)["error"]["type"], "server_error");
-  r = call([] { throw ApiError(400, "options.top_k must be an integer"); }, /*ollama=*/true);
-  EXPECT_EQ(json::parse(r.body)["error"], "options.top_k must be an integer");
 }
 
 }  // namespace
