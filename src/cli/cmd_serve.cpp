@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -64,6 +65,8 @@ int serve(ServeOptions& o) {
     throw UsageError("kiln serve needs --kv-layout paged (requests share the KV pool and cached prefixes)");
   o.model.kv_layout = "paged";
   const std::string path = resolve_model_path(o.model.model);
+  // Every running and waiting request, plus room for the health checks and metrics.
+  o.http.threads = std::min(o.n_parallel + o.max_queue + 4, 1024);
 
   // SIGINT/SIGTERM go to one thread that stops the server; blocked here before any other
   // thread exists, so every thread inherits the mask and none is interrupted mid-call.

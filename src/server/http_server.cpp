@@ -166,6 +166,10 @@ HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) 
   ServerState& state = impl_->state;
   const ServerOptions& opts = impl_->options;
   svr.set_payload_max_length(opts.max_body);
+  if (opts.threads > 0) {
+    const size_t n = size_t(opts.threads);
+    svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  }
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
 

@@ -21,6 +21,10 @@ struct ServerOptions {
   std::string api_key;          // empty: no Authorization needed
   size_t max_body = 4u << 20;   // larger request bodies get 413
   bool access_log = true;       // one line per request on stderr
+  // HTTP threads: each request holds one while it waits on its stream, so fewer than
+  // running + queued requests would leave accepted connections waiting unseen behind
+  // httplib's own queue. 0: httplib's default (8 or more).
+  int threads = 0;
 };
 
 // What /v1/models, /api/tags and /api/show say about the model.
