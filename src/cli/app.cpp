@@ -17,6 +17,7 @@ void build_app(CLI::App& app, Action& action) {
   register_perplexity(app, action);
   register_quantize(app, action);
   register_template(app, action);
+  register_serve(app, action);
 }
 
 std::vector<std::string> app_args(int argc, const char* const* argv) {

@@ -149,5 +149,6 @@ void register_tokenize(CLI::App& app, Action& action);
 void register_perplexity(CLI::App& app, Action& action);
 void register_quantize(CLI::App& app, Action& action);
 void register_template(CLI::App& app, Action& action);
+void register_serve(CLI::App& app, Action& action);
 
 }  // namespace kiln::cli
