@@ -239,6 +239,7 @@ TEST_F(ServerTest, UnknownRouteIs404) {
 }
 
 TEST_F(ServerTest, MetricsAreParseablePrometheusText) {
+  post_json("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}});
   auto r = cli_->Get("/metrics");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
@@ -249,6 +250,10 @@ TEST_F(ServerTest, MetricsAreParseablePrometheusText) {
     if (!line.empty() && line[0] != '#') {
       EXPECT_TRUE(std::regex_match(line, sample)) << line;
     }
+  EXPECT_GE(kiln::test::metric_value(r->body, "kiln:tokens_predicted_total"), 4);
+  EXPECT_GE(kiln::test::metric_value(r->body, "kiln:requests_total"), 1);
+  EXPECT_GT(kiln::test::metric_value(r->body, "kiln:kv_cache_bytes_allocated"), 0);
+  EXPECT_EQ(kiln::test::metric_value(r->body, "kiln:ready"), 1);
 }
 
 // Every line one JSON object; the last has done = true.

@@ -97,6 +97,10 @@ void metrics(ServerState& state, httplib::Response& res) {
     metric("kiln:requests_processing", "gauge", "Requests running now.", m.running);
     metric("kiln:requests_deferred", "gauge", "Requests waiting for a slot.", m.waiting);
     metric("kiln:kv_blocks_used", "gauge", "KV blocks held by running requests and cached prefixes.", double(m.kv_blocks_used));
+    metric("kiln:kv_cache_bytes_used", "gauge", "Bytes of the KV blocks in use.", m.kv_bytes_used);
+    metric("kiln:kv_cache_bytes_allocated", "gauge", "Bytes of the KV block pool, free blocks included.", m.kv_bytes_allocated);
+    metric("kiln:cached_prefixes", "gauge", "Finished requests' sequences kept for prompts that start the same way.",
+           double(m.cached_prefixes));
     metric("kiln:predicted_tokens_seconds", "gauge", "Decode throughput over the last steps (tokens/s).",
            m.decode_tokens_per_second);
   }
