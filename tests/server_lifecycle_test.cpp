@@ -22,6 +22,7 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 using kiln::test::kiln_binary;
 using kiln::test::ndjson_lines;
+using kiln::test::post_long_stream;
 using kiln::test::ServerProcess;
 using kiln::test::sse_events;
 
@@ -70,19 +71,11 @@ TEST(ServerOptions, SigtermExitsZeroAndAccessLogHasTheRequests) {
 TEST(ServerOptions, StreamingClientThatLeavesCancelsItsRequest) {
   ServerProcess s({"-t", "1"});
   auto c = s.client();
-  // Long enough (2000 tokens, past end of text) to be running when the client leaves.
-  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
   size_t received = 0;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body;
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+  post_long_stream(*c, [&](const char*, size_t n) {
     received += n;
     return false;  // hang up after the first bytes
-  };
-  (void)c->send(req);
+  });
   EXPECT_GT(received, 0u);
   c.reset();
   auto m = s.client();
@@ -102,17 +95,10 @@ TEST(ServerOptions, FullQueueIs503WithRetryAfter) {
   // One request runs (2000 tokens past end of text); with no room to wait, the next is refused.
   std::atomic<bool> streaming{false};
   std::thread first([&] {
-    auto c = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    post_long_stream(*s.client(), [&](const char*, size_t) {
       streaming = true;
       return true;
-    };
-    (void)c->send(req);
+    });
   });
   for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
   auto c = s.client();
@@ -130,18 +116,11 @@ TEST(ServerOptions, SigtermEndsRunningStreamsCleanlyAndExitsZero) {
   std::atomic<bool> streaming{false};
   std::string body;
   std::thread client([&] {
-    auto c = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    post_long_stream(*s.client(), [&](const char* data, size_t n) {
       body.append(data, n);
       streaming = true;
       return true;
-    };
-    (void)c->send(req);
+    });
   });
   for (int i = 0; i < 1000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
   const int status = s.stop();

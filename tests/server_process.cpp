@@ -137,4 +137,14 @@ double metric_value(const std::string& metrics, const std::string& name) {
   return std::stod(metrics.substr(at + name.size() + 2));
 }
 
+void post_long_stream(httplib::Client& c, const std::function<bool(const char* data, size_t n)>& on_data) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = nlohmann::json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) { return on_data(data, n); };
+  (void)c.send(req);
+}
+
 }  // namespace kiln::test

@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,11 @@ class ServerProcess {
   mutable std::mutex mu_;
   std::string err_;
 };
+
+// A streamed /v1/completions of 2000 tokens past the end of text ("ignore_eos"): long
+// enough to be running while a test does something else. Each piece of the body goes to
+// on_data; returning false hangs up.
+void post_long_stream(httplib::Client& c, const std::function<bool(const char* data, size_t n)>& on_data);
 
 // The JSON objects of an SSE body; checks the framing (every event `data: ...\n\n`, the
 // last one `data: [DONE]`) with EXPECTs.
