@@ -184,6 +184,7 @@ TEST_F(ServerTest, BadInputIs400NamingTheField) {
   const std::vector<Case> cases = {
       {"/v1/completions", "{\"prompt\": \"x\",", "not valid JSON"},
       {"/v1/completions", "[1, 2]", "JSON object"},
+      {"/v1/completions", "{\"prompt\": [1E1111111111]}", "not valid JSON"},  // beyond a double (fuzz finding)
       {"/v1/completions", "{\"max_tokens\": 4}", "prompt"},
       {"/v1/completions", "{\"prompt\": 7}", "prompt"},
       {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": -1}", "max_tokens"},
