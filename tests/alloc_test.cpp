@@ -22,6 +22,7 @@
 #include "kiln/session.h"
 #include "runtime/thread_pool.h"
 #include "alloc_hook.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -44,21 +45,11 @@ TEST(AllocationCounter, SeesNewAndMalloc) {
 
 int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-std::unique_ptr<Model> stories() { return Model::load(test::shared_path("models/stories260K.gguf")); }
+std::unique_ptr<Model> stories() { return Model::load(test::stories_path("F32")); }
 
-// The F32 model, or a Q8_0 copy made by `kiln quantize` (quantized weights take the
-// packed-kernel path, with its 8-bit activation buffers).
-std::unique_ptr<Model> stories(const std::string& type) {
-  if (type == "F32") return stories();
-  const std::string path = test::temp_dir() + "/stories260K-" + type + ".gguf";
-  if (!std::filesystem::exists(path)) {
-    const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " quantize " +
-                                     test::shell_quote(test::shared_path("models/stories260K.gguf")) + " " +
-                                     test::shell_quote(path) + " " + type);
-    if (r.exit_code != 0) throw std::runtime_error("kiln quantize failed: " + r.err);
-  }
-  return Model::load(path);
-}
+// The F32 model, or a Q8_0 copy (quantized weights take the packed-kernel path, with its
+// 8-bit activation buffers). A fresh Model each time: its allocations are part of a test.
+std::unique_ptr<Model> stories(const std::string& type) { return Model::load(test::stories_path(type)); }
 
 class DecodeAllocations : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/batch_engine.h"
@@ -84,35 +85,56 @@ const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog",
                                            "One day, a big bird", "Tom had a red ball", "The sun was hot",
                                            "There was a girl named Sue", "A cat sat"};
 
-TEST(DecodeBatch, EachSequenceGetsTheLogitsItWouldGetAlone) {
-  const std::vector<int32_t>& t = long_tokens();
-  // Alone: sequence A holds 40 tokens and decodes one more; B prefills 25.
-  Session alone(stories(), paged());
-  const int32_t a = alone.add_sequence(), b = alone.add_sequence();
-  alone.decode_sequence(a, std::span(t.data(), 40));
-  const auto la = alone.decode_sequence(a, std::span(t.data() + 40, 1));
-  const std::vector<float> want_a(la.begin(), la.end());
-  const auto lb = alone.decode_sequence(b, std::span(t.data() + 100, 25));
-  const std::vector<float> want_b(lb.begin(), lb.end());
+// Weights (F32: the float GEMM; Q8_0, Q4_0: the packed int8 kernels) x KV cache (F16:
+// direct attention; Q8_0: tiled attention over quantized keys and values).
+class DecodeBatch : public ::testing::TestWithParam<std::tuple<std::string, TensorType>> {};
 
-  Session mixed(stories(), paged());
-  const int32_t ma = mixed.add_sequence(), mb = mixed.add_sequence();
+TEST_P(DecodeBatch, EachSequenceGetsTheLogitsItWouldGetAlone) {
+  const Model& model = stories(std::get<0>(GetParam()));
+  SessionParams params = paged();
+  params.kv_type_k = params.kv_type_v = std::get<1>(GetParam());
+  const std::vector<int32_t>& t = long_tokens();
+  // Alone: sequence A holds 40 tokens and decodes one more; B prefills 25; C holds 300
+  // (past a 256-key tile of the tiled attention) and decodes one more.
+  Session alone(model, params);
+  const int32_t a = alone.add_sequence(), b = alone.add_sequence(), c = alone.add_sequence();
+  alone.decode_sequence(a, std::span(t.data(), 40));
+  alone.decode_sequence(c, std::span(t.data() + 300, 300));
+  const auto copy = [](std::span<const float> l) { return std::vector<float>(l.begin(), l.end()); };
+  const std::vector<float> want_a = copy(alone.decode_sequence(a, std::span(t.data() + 40, 1)));
+  const std::vector<float> want_b = copy(alone.decode_sequence(b, std::span(t.data() + 100, 25)));
+  const std::vector<float> want_c = copy(alone.decode_sequence(c, std::span(t.data() + 600, 1)));
+
+  Session mixed(model, params);
+  const int32_t ma = mixed.add_sequence(), mb = mixed.add_sequence(), mc = mixed.add_sequence();
   mixed.decode_sequence(ma, std::span(t.data(), 40));
-  const Session::BatchPart parts[] = {{ma, std::span(t.data() + 40, 1)}, {mb, std::span(t.data() + 100, 25)}};
+  mixed.decode_sequence(mc, std::span(t.data() + 300, 300));
+  const Session::BatchPart parts[] = {
+      {ma, std::span(t.data() + 40, 1)}, {mb, std::span(t.data() + 100, 25)}, {mc, std::span(t.data() + 600, 1)}};
   const auto got = mixed.decode_batch(parts);
-  const size_t n_vocab = size_t(stories().config().n_vocab);
-  ASSERT_EQ(got.size(), 2 * n_vocab);
-  // A's token and B's 25 run as rows 0 and 1..25 of one batch of 26 instead of alone:
-  // bit for bit the same (batch-invariant kernels: every output of a matmul is one FMA
-  // chain over k whatever the tile, and a query row's attention does not depend on the
-  // other rows).
-  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + ptrdiff_t(n_vocab)), want_a);
-  EXPECT_EQ(std::vector<float>(got.begin() + ptrdiff_t(n_vocab), got.end()), want_b);
+  const ptrdiff_t n_vocab = model.config().n_vocab;
+  ASSERT_EQ(got.size(), 3 * size_t(n_vocab));
+  // A's token, B's 25 and C's token run as rows 0, 1..25 and 26 of one batch of 27
+  // instead of alone: bit for bit the same (batch-invariant kernels: every output of a
+  // matmul is one chain over k whatever the tile, and a query row's attention does not
+  // depend on the other rows).
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + n_vocab), want_a);
+  EXPECT_EQ(std::vector<float>(got.begin() + n_vocab, got.begin() + 2 * n_vocab), want_b);
+  EXPECT_EQ(std::vector<float>(got.begin() + 2 * n_vocab, got.end()), want_c);
   EXPECT_EQ(mixed.n_past(ma), 41);
   EXPECT_EQ(mixed.n_past(mb), 25);
+  EXPECT_EQ(mixed.n_past(mc), 301);
 }
 
-TEST(DecodeBatch, RefusesWithoutAppendingAnything) {
+INSTANTIATE_TEST_SUITE_P(WeightsAndCache, DecodeBatch,
+                         ::testing::Combine(::testing::Values("F32", "Q8_0", "Q4_0"),
+                                            ::testing::Values(TensorType::F16, TensorType::Q8_0)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_kv_" +
+                                  (std::get<1>(info.param) == TensorType::F16 ? "F16" : "Q8_0");
+                         });
+
+TEST(DecodeBatchRefusal, RefusesWithoutAppendingAnything) {
   Session s(stories(), paged(512, 16));
   const int32_t a = s.add_sequence();
   const std::vector<int32_t>& t = long_tokens();

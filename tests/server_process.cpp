@@ -19,8 +19,8 @@ using namespace std::chrono_literals;
 
 std::string stories_model() { return shared_path("models/stories260K.gguf"); }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra) {
-  std::vector<std::string> args = {kiln_binary(), "serve", stories_model(), "--host", "127.0.0.1", "--port", "0"};
+ServerProcess::ServerProcess(std::vector<std::string> extra, std::string model) {
+  std::vector<std::string> args = {kiln_binary(), "serve", model, "--host", "127.0.0.1", "--port", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe");

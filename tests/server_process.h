@@ -19,7 +19,8 @@ std::string stories_model();
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {});
+  // kiln serve MODEL --port 0 EXTRA...; MODEL defaults to stories260K.
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::string model = stories_model());
   ~ServerProcess() { stop(); }
   // SIGTERM, then up to 20 s for the exit; SIGKILL after that. The exit status as waitpid gives it.
   int stop();

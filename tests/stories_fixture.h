@@ -2,7 +2,10 @@
 // What many runtime tests share: stories260K loaded once per test program, a ~700-token
 // text of it, and a greedy generator over a session.
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,28 @@ namespace kiln::test {
 inline const Model& stories() {
   static std::unique_ptr<Model> model = Model::load(shared_path("models/stories260K.gguf"));
   return *model;
+}
+
+// stories260K with quantized weights ("Q8_0", "Q4_0", ...) so that the packed quantized
+// kernels run: the path of a copy made by `kiln quantize` once per test program, and the
+// copy loaded once. "F32" is the model itself.
+inline std::string stories_path(const std::string& type) {
+  const std::string f32 = shared_path("models/stories260K.gguf");
+  if (type == "F32") return f32;
+  const std::string path = temp_dir() + "/stories260K-" + type + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    const auto r = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(f32) + " " +
+                               shell_quote(path) + " " + type);
+    if (r.exit_code != 0) throw std::runtime_error("kiln quantize failed: " + r.err);
+  }
+  return path;
+}
+inline const Model& stories(const std::string& type) {
+  if (type == "F32") return stories();
+  static std::map<std::string, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model>& m = models[type];
+  if (!m) m = Model::load(stories_path(type));
+  return *m;
 }
 
 // tests/data/story.txt twice, cut at 700 tokens: more than two key blocks of the tiled
