@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -140,6 +141,26 @@ TEST(ServerOptions, QuietKeepsTheReadyLineOnly) {
   ASSERT_EQ(s.stop(), 0);
   EXPECT_NE(s.err().find("listening on http://127.0.0.1:"), std::string::npos);
   EXPECT_EQ(s.err().find("/health"), std::string::npos) << s.err();
+}
+
+// Debian's httplib listens with a backlog of 5; a burst of clients overflowed it and each
+// dropped SYN cost its client a 1-s retransmission. kiln serve listens again with 1024:
+// ss shows a listening socket's backlog as its Send-Q.
+TEST(ServerOptions, ListenBacklogTakesABurstOfClients) {
+  if (kiln::test::run_command("ss -V >/dev/null 2>&1").exit_code != 0) {
+    if (std::getenv("CI")) FAIL() << "CI must install ss (iproute2, .ci/run)";
+    GTEST_SKIP() << "ss (iproute2) is not installed";
+  }
+  ServerProcess s({"--quiet"});
+  ASSERT_GT(s.port(), 0);
+  const auto r = kiln::test::run_command("ss -Hltn 'sport = :" + std::to_string(s.port()) + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream fields(r.out);
+  std::string state;
+  long recv_q = -1, send_q = -1;
+  fields >> state >> recv_q >> send_q;
+  EXPECT_EQ(state, "LISTEN") << r.out;
+  EXPECT_GE(send_q, 1024) << r.out;
 }
 
 // The HTTP boundary's mapping of exceptions to responses, without a server.

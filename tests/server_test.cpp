@@ -255,6 +255,11 @@ TEST_F(ServerTest, MetricsAreParseablePrometheusText) {
   EXPECT_GE(kiln::test::metric_value(r->body, "kiln:requests_total"), 1);
   EXPECT_GT(kiln::test::metric_value(r->body, "kiln:kv_cache_bytes_allocated"), 0);
   EXPECT_EQ(kiln::test::metric_value(r->body, "kiln:ready"), 1);
+  // The finished request stays cached for prompts that start the same way: its blocks and
+  // positions show.
+  EXPECT_GE(kiln::test::metric_value(r->body, "kiln:cached_prefixes"), 1);
+  EXPECT_GE(kiln::test::metric_value(r->body, "kiln:cached_prefix_tokens"), 4);
+  EXPECT_GE(kiln::test::metric_value(r->body, "kiln:kv_blocks_used"), 1);
 }
 
 // Every line one JSON object; the last has done = true.

@@ -76,6 +76,7 @@ struct BatchEngineMetrics {
   size_t kv_blocks_used = 0;                      // referenced by a running or cached sequence
   double kv_bytes_used = 0, kv_bytes_allocated = 0;  // allocated: the block pool, free blocks included
   size_t cached_prefixes = 0;  // finished requests' sequences kept for prompts that start the same way
+  size_t cached_prefix_tokens = 0;  // the positions they hold (shared blocks counted in each)
   double decode_tokens_per_second = 0;  // over the last steps that decoded
 };
 

@@ -354,6 +354,8 @@ void BatchEngine::Impl::refresh_kv_counters() {
   counters.kv_bytes_used = m.bytes_used;
   counters.kv_bytes_allocated = m.bytes_allocated;
   counters.cached_prefixes = cache.size();
+  counters.cached_prefix_tokens = 0;
+  for (const CachedPrefix& c : cache) counters.cached_prefix_tokens += c.tokens.size();
 }
 
 BatchEngine::BatchEngine(Session& session, const Tokenizer& tokenizer, const Params& params)

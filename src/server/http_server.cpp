@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -137,6 +141,7 @@ struct HttpServer::Impl {
   httplib::Server svr;
   std::thread thread;
   int port = -1;
+  int listen_socket = -1;  // seen by the socket options callback before bind
 };
 
 namespace {
@@ -216,11 +221,24 @@ HttpServer::~HttpServer() {
   wait();
 }
 
+// Debian's httplib is a compiled library that listens with a backlog of 5: a burst of
+// clients connecting at once (eight load-test clients did) overflows it, and each dropped
+// SYN costs its client a 1-s retransmission before its first token. Linux lets listen()
+// on a listening socket set a new backlog, so the socket is noted when httplib creates it
+// and listened on again once bound.
+constexpr int kListenBacklog = 1024;
+
 int HttpServer::bind() {
   const ServerOptions& o = impl_->options;
+  impl_->svr.set_socket_options([impl = impl_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_socket = sock;
+  });
   impl_->port = o.port == 0 ? impl_->svr.bind_to_any_port(o.host) : (impl_->svr.bind_to_port(o.host, o.port) ? o.port : -1);
   if (impl_->port < 0)
     throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (address in use, or not this machine's)");
+  if (impl_->listen_socket >= 0 && ::listen(impl_->listen_socket, kListenBacklog) != 0)
+    spdlog::warn("kiln serve: could not raise the listen backlog: {}", std::strerror(errno));
   return impl_->port;
 }
 

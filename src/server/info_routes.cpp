@@ -101,6 +101,8 @@ void metrics(ServerState& state, httplib::Response& res) {
     metric("kiln:kv_cache_bytes_allocated", "gauge", "Bytes of the KV block pool, free blocks included.", m.kv_bytes_allocated);
     metric("kiln:cached_prefixes", "gauge", "Finished requests' sequences kept for prompts that start the same way.",
            double(m.cached_prefixes));
+    metric("kiln:cached_prefix_tokens", "gauge", "Positions those cached sequences hold (shared blocks counted in each).",
+           double(m.cached_prefix_tokens));
     metric("kiln:predicted_tokens_seconds", "gauge", "Decode throughput over the last steps (tokens/s).",
            m.decode_tokens_per_second);
   }
