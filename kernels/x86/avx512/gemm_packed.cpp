@@ -72,6 +72,15 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
   for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j] = _mm512_setzero_ps();
   for (size_t blk = 0; blk < k / 32; ++blk) {
     const uint8_t* rec = group + blk * R;
+    if constexpr (RB > 1) {
+      // With several activation rows a record takes long enough that the hardware
+      // prefetcher no longer runs ahead of the stream (the block's first loads stalled on
+      // DRAM): fetch the record kAheadRecords further on (past the group's end that is
+      // the next group, which follows it in memory).
+      constexpr size_t kAheadRecords = 8;
+      for (size_t line = 0; line < R; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rec + kAheadRecords * R + line), _MM_HINT_T0);
+    }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];
     L::unpack(rec, w);
