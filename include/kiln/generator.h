@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "kiln/eviction_policy.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
+#include "kiln/speculative.h"
 #include "kiln/tokenizer.h"
 
 namespace kiln {
@@ -25,6 +27,7 @@ struct GenerationStats {
   double generate_ms = 0;   // sampling + decoding of generated tokens
   StopReason stop = StopReason::none;
   int32_t n_discarded = 0;  // tokens the context shift or eviction dropped during this call
+  SpeculativeStats spec;    // with a drafter (set_speculative)
 };
 
 class Generator {
@@ -67,6 +70,12 @@ class Generator {
   // kiln::Error for a budget the policy cannot work with (see KvEvictor).
   void set_kv_eviction(const KvEvictionParams& params);
   const KvEvictor& kv_evictor() const { return evictor_; }
+  // Speculative decoding (kiln/speculative.h): each step `drafter` proposes up to
+  // params.draft_max tokens (as many as the controller finds worth it) and one batched
+  // pass of the session verifies them; the output is what plain decoding gives (greedy:
+  // the same bytes; sampling: the same distribution). nullptr turns it off. The drafter
+  // is the caller's and must outlive its use here. Throws UsageError for bad params.
+  void set_speculative(Drafter* drafter, const SpeculativeParams& params = {});
 
  private:
   Session& session_;
@@ -76,6 +85,11 @@ class Generator {
   std::vector<float> masked_logits_;
   std::vector<int32_t> history_;  // every token of the conversation; the last may not be cached yet
   KvEvictor evictor_;
+  Drafter* drafter_ = nullptr;
+  SpeculativeParams spec_params_;
+  std::unique_ptr<SpecController> spec_;
+  Draft draft_;
+  std::vector<int32_t> verify_batch_;
 
   // Decodes history_ from the cache's end on in steps that fit the budget (sink, h2o).
   std::span<const float> decode_streaming(GenerationStats& stats);

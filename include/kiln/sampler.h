@@ -41,6 +41,18 @@ class Sampler {
   // Chooses a token from one row of logits (n_vocab floats). Does not record it.
   // Throws kiln::Error if logits.size() != n_vocab.
   int32_t sample(std::span<const float> logits);
+  // The same, and `distribution` gets what the token was drawn from (the candidates after
+  // the whole chain, p normalized; greedy: the argmax with p = 1). A draft model's draws
+  // keep it for the target's verification.
+  int32_t sample(std::span<const float> logits, std::vector<TokenProb>& distribution);
+  // Speculative sampling of one drafted token (Leviathan et al. 2023, Chen et al. 2023):
+  // with p this sampler's distribution for these logits (the whole chain: penalties on
+  // the tokens accepted so far, top-k/p, min-p, temperature) and q the distribution the
+  // draft drew `token` from (empty: a point mass, as for an n-gram draft), keeps `token`
+  // with probability min(1, p/q) and otherwise draws from max(0, p - q) normalized, so
+  // the result is distributed as p whatever the draft. Greedy: the argmax. Returns the
+  // token to emit (`token` when kept); does not record it.
+  int32_t verify(std::span<const float> logits, int32_t token, std::span<const TokenProb> q);
   // Records a token in the penalty history (prompt tokens and generated ones).
   // Throws kiln::Error for a token outside [0, n_vocab).
   void accept(int32_t token);
@@ -76,6 +88,7 @@ class Sampler {
   // Scratch reused by sample() so a call allocates nothing once warmed up.
   std::vector<TokenProb> buf_;
   std::vector<int32_t> window_;
+  std::vector<float> q_dense_;  // verify(): the draft's q by token id, zero between calls
 };
 
 }  // namespace kiln

@@ -21,7 +21,7 @@ void build_app(CLI::App& app, Action& action) {
 }
 
 std::vector<std::string> app_args(int argc, const char* const* argv) {
-  // llama.cpp's users type -cnv, -ctk, -ctv, -fa, -np; CLI11 only knows one-letter short options.
+  // llama.cpp's users type -cnv, -ctk, -ctv, -fa, -np, -md; CLI11 only knows one-letter short options.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {
     if (a == "-cnv") a = "--chat";
@@ -29,6 +29,7 @@ std::vector<std::string> app_args(int argc, const char* const* argv) {
     else if (a == "-ctv") a = "--cache-type-v";
     else if (a == "-fa") a = "--flash-attn";
     else if (a == "-np") a = "--parallel";
+    else if (a == "-md") a = "--model-draft";
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   return args;

@@ -1,4 +1,5 @@
 #include "cli/chat_commands.h"
+#include "cli/speculation.h"
 
 #include <chrono>
 #include <cstdio>
@@ -188,6 +189,7 @@ void report_turn(const ChatState& s, const ChatTurn& turn) {
                 per_second(st.n_generated, st.generate_ms), s.chat.n_tokens(), s.session.n_ctx(),
                 (unsigned long long)s.sampler.seed());
   say(line);
+  if (st.spec.n_verify > 0) say("[" + speculation_summary(st.spec, st.n_generated, st.generate_ms) + "]");
 }
 
 void save_chat(const ChatState& s, const std::string& path, bool quiet) {

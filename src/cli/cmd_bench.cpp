@@ -19,6 +19,7 @@
 
 #include "cli/common.h"
 #include "cli/mem_bandwidth.h"
+#include "cli/speculation.h"
 #include "kernels/kernels.h"
 #include "kiln/error.h"
 #include "runtime/thread_pool.h"
@@ -45,6 +46,8 @@ struct BenchOptions {
   std::vector<int32_t> n_parallel;  // -np: tg rows decode this many sequences after a shared prefix
   std::string kv_layout = "contiguous";
   int32_t kv_block = 16;
+  SpeculativeOptions spec;             // -md / --spec-type: tg rows are greedy generation, drafted
+  std::vector<int32_t> n_draft{8};     // --draft-max, one row each (0: the same generation undrafted)
 };
 
 struct TestResult {
@@ -57,6 +60,10 @@ struct TestResult {
   int32_t n_parallel = 0, prefix = 0;
   bool paged = false;
   double kv_bytes = 0, kv_bytes_unshared = 0;
+  // Speculative rows: greedy generation with up to n_draft drafted tokens per step (0: the
+  // same generation undrafted, the row to compare with); -1: a plain row.
+  int32_t n_draft = -1;
+  SpeculativeStats spec;  // summed over the repetitions
   std::vector<double> samples_ns;
   std::vector<double> roofline_gbs;  // --roofline: measured just before each repetition (tg)
   std::string test_time;
@@ -87,6 +94,7 @@ struct TestResult {
     std::string n = n_gen == 0 ? "pp" + std::to_string(n_prompt) : n_prompt == 0 ? "tg" + std::to_string(n_gen)
                                                                               : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
     if (n_parallel > 0) n += " x" + std::to_string(n_parallel) + " (pp" + std::to_string(prefix) + " shared)";
+    if (n_draft >= 0) n += n_draft > 0 ? " (draft " + std::to_string(n_draft) + ")" : " (undrafted)";
     if (depth > 0) n += " @ d" + std::to_string(depth);
     return kv_cache ? n : n + " (no kv cache)";
   }
@@ -151,6 +159,32 @@ double run_parallel_once(Session& session, const Model& model, int32_t prefix, i
   return ns;
 }
 
+// A speculative row: n_gen tokens of greedy generation (end of text ignored) after `depth`
+// untimed tokens (at least one), drafting up to r.n_draft tokens a step; the generation's
+// own clock (the prompt and the draft's catching up with it excluded).
+double run_speculative_once(Session& session, const Model& model, const Model* draft_model, const BenchOptions& o,
+                            const ModelOptions& mo, std::mt19937& rng, TestResult& r) {
+  session.reset();
+  SamplerParams greedy;
+  greedy.temperature = 0;
+  Sampler sampler(greedy, model.config().n_vocab);
+  Generator generator(session, model.tokenizer(), sampler);
+  generator.set_ignore_eos(true);
+  Speculation spec;
+  if (r.n_draft > 0) {
+    SpeculativeOptions so = o.spec;
+    so.params.draft_max = r.n_draft;
+    spec = make_speculation(so, draft_model, session, mo, greedy);
+    spec.attach(generator);
+  }
+  const GenerationStats st =
+      generator.generate(random_tokens(model, size_t(std::max(r.depth, 1)), rng), r.n_gen, [](std::string_view) {});
+  r.spec.n_drafted += st.spec.n_drafted;
+  r.spec.n_accepted += st.spec.n_accepted;
+  r.spec.n_verify += st.spec.n_verify;
+  return st.generate_ms * 1e6;
+}
+
 std::string now_iso() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -187,6 +221,16 @@ int bench(BenchOptions& o) {
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
   const uint64_t token_bytes = bytes_read_per_token(*model);
+  const SpecType spec_type_asked = spec_type(o.spec);
+  const bool show_spec = spec_type_asked != SpecType::none;
+  if (show_spec && (o.no_kv_cache || !o.n_parallel.empty()))
+    throw UsageError("-md/--spec-type do not go together with --no-kv-cache or -np");
+  for (int32_t k : o.n_draft) {
+    SpeculativeParams p = o.spec.params;
+    p.draft_max = std::max(k, 1);
+    validate(p);
+  }
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, !o.no_repack);
 
   // --roofline: the read bandwidth is measured right before each tg repetition (the
   // machine's bandwidth drifts with its neighbours' load, so a figure taken minutes apart
@@ -228,6 +272,8 @@ int bench(BenchOptions& o) {
                   tests.push_back(base), tests.back().n_gen = g, tests.back().n_parallel = np;
                   tests.back().prefix = o.n_prompt.empty() ? 0 : o.n_prompt[0];
                 }
+              } else if (g > 0 && show_spec) {
+                for (int32_t k : o.n_draft) tests.push_back(base), tests.back().n_gen = g, tests.back().n_draft = k;
               } else if (g > 0) {
                 tests.push_back(base), tests.back().n_gen = g;
                 if (o.no_kv_cache) tests.push_back(base), tests.back().n_gen = g, tests.back().kv_cache = false;
@@ -270,9 +316,10 @@ int bench(BenchOptions& o) {
         r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
         roofline[r.n_threads].push_back(r.roofline_gbs.back());
       }
-      r.samples_ns.push_back(r.n_parallel > 0 ? run_parallel_once(session, *model, r.depth + r.prefix, r.n_gen,
+      r.samples_ns.push_back(r.n_draft >= 0      ? run_speculative_once(session, *model, draft_model.get(), o, mo, rng, r)
+                             : r.n_parallel > 0 ? run_parallel_once(session, *model, r.depth + r.prefix, r.n_gen,
                                                                     r.n_parallel, rng, r)
-                                              : run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
+                                                : run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
     }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
@@ -298,13 +345,15 @@ int bench(BenchOptions& o) {
     if (o.output == "md") std::printf("%s\n\n", line.c_str());
     else spdlog::info("{}", line);
   }
+  const std::string draft_label = spec_type_asked == SpecType::ngram ? "ngram" : o.spec.draft_model;
   if (o.output == "md") {
-    std::printf("| model | size | params | backend | threads |%s%s test | t/s | weights GB/s |%s%s\n",
+    std::printf("| model | size | params | backend | threads |%s%s test | t/s | weights GB/s |%s%s%s\n",
                 show_types ? " type_k | type_v |" : "", show_fa ? " fa |" : "",
                 o.roofline ? " roofline GB/s | % of roofline |" : "",
-                show_np ? " kv | KV MiB | KV MiB unshared |" : "");
-    std::printf("| --- | ---: | ---: | --- | ---: |%s%s ---: | ---: | ---: |%s%s\n", show_types ? " ---: | ---: |" : "",
-                show_fa ? " ---: |" : "", o.roofline ? " ---: | ---: |" : "", show_np ? " --- | ---: | ---: |" : "");
+                show_np ? " kv | KV MiB | KV MiB unshared |" : "", show_spec ? " draft | accept | mean accepted |" : "");
+    std::printf("| --- | ---: | ---: | --- | ---: |%s%s ---: | ---: | ---: |%s%s%s\n", show_types ? " ---: | ---: |" : "",
+                show_fa ? " ---: |" : "", o.roofline ? " ---: | ---: |" : "", show_np ? " --- | ---: | ---: |" : "",
+                show_spec ? " --- | ---: | ---: |" : "");
     for (const TestResult& r : tests) {
       const auto ts = r.samples_ts();
       std::printf("| %s | %.2f MiB | %s | CPU (%s) | %d |", model_type.c_str(), model_bytes / 1048576.0,
@@ -322,6 +371,10 @@ int bench(BenchOptions& o) {
         std::printf(" %s | %.2f | %.2f |", r.paged ? "paged" : "contiguous", r.kv_bytes / 1048576.0,
                     r.kv_bytes_unshared / 1048576.0);
       else if (show_np)
+        std::printf(" | | |");
+      if (show_spec && r.n_draft > 0)
+        std::printf(" %s | %.1f%% | %.2f |", draft_label.c_str(), 100.0 * r.spec.acceptance(), r.spec.mean_accepted());
+      else if (show_spec)
         std::printf(" | | |");
       std::printf("\n");
     }
@@ -368,6 +421,13 @@ int bench(BenchOptions& o) {
     j["n_parallel"] = r.n_parallel > 0 ? nlohmann::json(r.n_parallel) : nlohmann::json();
     j["kv_bytes"] = r.n_parallel > 0 ? nlohmann::json(r.kv_bytes) : nlohmann::json();
     j["kv_bytes_unshared"] = r.n_parallel > 0 ? nlohmann::json(r.kv_bytes_unshared) : nlohmann::json();
+    // Speculative rows: the draft ("ngram" for lookup), the draft length cap and the share
+    // of drafted tokens kept (null for undrafted rows).
+    const bool drafted = r.n_draft > 0;
+    j["draft_model"] = r.n_draft >= 0 ? nlohmann::json(draft_label) : nlohmann::json();
+    j["n_draft"] = r.n_draft >= 0 ? nlohmann::json(r.n_draft) : nlohmann::json();
+    j["accept_rate"] = drafted ? nlohmann::json(r.spec.acceptance()) : nlohmann::json();
+    j["mean_accepted"] = drafted ? nlohmann::json(r.spec.mean_accepted()) : nlohmann::json();
     rows.push_back(j);
   }
   if (o.output == "json") {
@@ -379,7 +439,8 @@ int bench(BenchOptions& o) {
                           "type_v", "flash_attn", "n_gpu_layers", "no_kv_offload", "kv_cache", "n_prompt", "n_gen",
                           "n_depth", "test_time",
                           "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "weights_gbs", "roofline_gbs", "roofline_pct",
-                          "kv_layout", "n_parallel", "kv_bytes", "kv_bytes_unshared"};
+                          "kv_layout", "n_parallel", "kv_bytes", "kv_bytes_unshared", "draft_model", "n_draft",
+                          "accept_rate", "mean_accepted"};
   std::string header;
   for (const char* f : fields) header += (header.empty() ? "" : ",") + std::string(f);
   std::printf("%s\n", header.c_str());
@@ -432,6 +493,7 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--kv-layout", o->kv_layout, "KV cache layout of every row: contiguous or paged")
       ->check(CLI::IsMember({"contiguous", "paged"}, CLI::ignore_case));
   cmd->add_option("--kv-block", o->kv_block, "Positions per block of the paged KV layout")->check(CLI::Range(1, 1024));
+  add_speculative_options(*cmd, o->spec, &o->n_draft);
   add_repack_flag(*cmd, o->no_repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,

@@ -11,6 +11,7 @@
 #include "cli/chat_commands.h"
 #include "cli/common.h"
 #include "cli/line_editor.h"
+#include "cli/speculation.h"
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/session_file.h"
@@ -25,11 +26,13 @@ struct ChatOptions {
   ChatTemplateOptions chat_template;
   std::string system;
   std::string session_file;
+  SpeculativeOptions spec;
 };
 
 int chat(ChatOptions& o) {
   setup_logging(o.log);
   validate(o.gen.sampling);
+  spec_type(o.spec);
   const std::string model_path = resolve_model_path(o.model.model);
   auto model = load_model(model_path, !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
@@ -39,6 +42,9 @@ int chat(ChatOptions& o) {
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
   generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, !o.model.no_repack);
+  const Speculation speculation = make_speculation(o.spec, draft_model.get(), session, o.model, o.gen.sampling);
+  speculation.attach(generator);
   std::string template_origin;
   Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &template_origin));
   chat.set_system(o.system);
@@ -109,6 +115,7 @@ void register_chat(CLI::App& app, Action& action) {
   add_runtime_options(*cmd, o->model);
   add_kv_layout_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
+  add_speculative_options(*cmd, o->spec);
   add_context_shift_options(*cmd, o->gen, /*on_by_default=*/true);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return chat(*o); }; });

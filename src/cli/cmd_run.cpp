@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/common.h"
+#include "cli/speculation.h"
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/generator.h"
@@ -26,6 +27,7 @@ struct RunOptions {
   std::string system;
   ChatTemplateOptions chat_template;
   int32_t n_parallel = 0;  // --parallel N; 0: one sequence through the Generator
+  SpeculativeOptions spec;
 };
 
 // --parallel N: N samples of the prompt, printed one after the other under a header
@@ -85,8 +87,11 @@ int run(RunOptions& o) {
   if (o.n_parallel > 1 && !o.model.kv_layout.empty() && kv_layout(o.model.kv_layout) != KvLayout::paged)
     throw UsageError("--parallel needs --kv-layout paged (the sequences share the prompt's blocks)");
   if (o.n_parallel > 1) o.model.kv_layout = "paged";
+  if (o.n_parallel > 0 && spec_type(o.spec) != SpecType::none)
+    throw UsageError("--parallel and speculative decoding (-md, --spec-type) do not go together");
   kv_eviction(o.gen, 1 << 30);  // flags checked against each other before loading; budget below
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack, o.tokenizer_file);
+  const std::string model_path = resolve_model_path(o.model.model);
+  auto model = load_model(model_path, !o.model.no_repack, o.tokenizer_file);
   const Tokenizer& tok = model->tokenizer();
   if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
     throw UsageError("--system and --chat-template apply with --chat (-cnv)");
@@ -96,6 +101,9 @@ int run(RunOptions& o) {
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
   generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, !o.model.no_repack);
+  const Speculation speculation = make_speculation(o.spec, draft_model.get(), session, o.model, o.gen.sampling);
+  speculation.attach(generator);
 
   bool ends_with_newline = true;
   const auto print = [&](std::string_view text) {
@@ -132,6 +140,7 @@ int run(RunOptions& o) {
                st.n_prompt, st.prompt_ms, st.n_prompt * 1000.0 / std::max(st.prompt_ms, 1e-9), st.n_generated,
                st.generate_ms, st.n_generated * 1000.0 / std::max(st.generate_ms, 1e-9), stop_reason_name(st.stop),
                sampler.seed());
+  if (speculation.drafter) spdlog::info("{}", speculation_summary(st.spec, st.n_generated, st.generate_ms));
   return 0;
 }
 
@@ -156,6 +165,7 @@ void register_run(CLI::App& app, Action& action) {
                   "once and its KV blocks shared (paged layout), one batch of N tokens per step")
       ->check(CLI::PositiveNumber);
   add_sampling_options(*cmd, o->gen);
+  add_speculative_options(*cmd, o->spec);
   add_context_shift_options(*cmd, o->gen, /*on_by_default=*/false);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return run(*o); }; });

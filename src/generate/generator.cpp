@@ -42,6 +42,13 @@ void Generator::set_context_shift(bool enabled, int32_t n_keep) {
   set_kv_eviction(p);
 }
 
+void Generator::set_speculative(Drafter* drafter, const SpeculativeParams& params) {
+  if (drafter) validate(params);
+  drafter_ = drafter;
+  spec_params_ = params;
+  spec_ = drafter ? std::make_unique<SpecController>(params) : nullptr;
+}
+
 void Generator::set_kv_eviction(const KvEvictionParams& params) {
   evictor_ = KvEvictor(session_, params, tokenizer_.bos());
 }
@@ -118,36 +125,117 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     }
     throw;
   }
+  if (drafter_ && policy != KvEviction::h2o) drafter_->prepare(history_);
   stats.n_prompt = (int32_t)pending.size();
   stats.prompt_ms = ms_since(t0);
 
   Detokenizer detok(tokenizer_);
   t0 = std::chrono::steady_clock::now();
-  while (true) {
-    if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
-    if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; break; }
-    if (!masked_ids_.empty()) {
-      masked_logits_.assign(logits.begin(), logits.end());
-      for (int32_t id : masked_ids_) masked_logits_[id] = -INFINITY;
-      logits = masked_logits_;
-    }
-    const int32_t token = sampler_.sample(logits);
+  const bool sampling = sampler_.params().temperature > 0.0f;
+  const size_t n_vocab = size_t(session_.model().config().n_vocab);
+  const auto masked = [&](std::span<const float> row) -> std::span<const float> {
+    if (masked_ids_.empty()) return row;
+    masked_logits_.assign(row.begin(), row.end());
+    for (int32_t id : masked_ids_) masked_logits_[size_t(id)] = -INFINITY;
+    return masked_logits_;
+  };
+  // Records a sampled token and streams its text; false when generation ends with it.
+  const auto emit = [&](int32_t token) {
     sampler_.accept(token);
     history_.push_back(token);
     ++stats.n_generated;
-    if (tokenizer_.is_eog(token)) { stats.stop = StopReason::end_of_generation; break; }
+    if (tokenizer_.is_eog(token)) {
+      stats.stop = StopReason::end_of_generation;
+      return false;
+    }
     const std::string text = detok.push(token);
     if (!text.empty()) on_text(text);
-    if (n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
-    if (session_.n_past() >= std::min(session_.n_ctx(), evictor_.budget())) {
+    if (n_predict >= 0 && stats.n_generated >= n_predict) {
+      stats.stop = StopReason::length;
+      return false;
+    }
+    return true;
+  };
+  int32_t token = -1;     // sampled and emitted, not yet decoded
+  bool undecoded = false;  // a verification left `token` to decode next (its correction or bonus)
+  while (true) {
+    if (!undecoded && n_predict >= 0 && stats.n_generated >= n_predict) { stats.stop = StopReason::length; break; }
+    if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; break; }
+    if (!undecoded) {
+      token = sampler_.sample(masked(logits));
+      if (!emit(token)) break;
+    }
+    undecoded = false;
+    const int32_t limit = std::min(session_.n_ctx(), evictor_.budget());
+    if (session_.n_past() >= limit) {
       // A shift needs two movable tokens (it drops half of them); the others one.
       const int32_t movable = session_.n_past() - evictor_.kept(history_);
       const int32_t dropped = policy == KvEviction::shift && movable < 2 ? 0 : evictor_.make_room(1, history_);
       if (dropped == 0) { stats.stop = StopReason::context_full; break; }
       stats.n_discarded += dropped;
     }
-    const int32_t one[1] = {token};
-    logits = session_.decode(one);
+    // Drafts fit before the limit: eviction happens only on plain steps.
+    // H2O's scores would count the refused drafts' queries: plain steps only.
+    // Drafts past the length limit could never be emitted: the last token comes from the
+    // verification's own row.
+    int32_t room = limit - session_.n_past() - 1;
+    if (n_predict >= 0) room = std::min(room, n_predict - stats.n_generated - 1);
+    const int32_t k = spec_ && policy != KvEviction::h2o && room > 0 ? spec_->choose(room) : 0;
+    draft_.clear();
+    if (k > 0) {
+      const auto td = std::chrono::steady_clock::now();
+      drafter_->draft(history_, k, sampling, draft_);
+      spec_->drafted(int32_t(draft_.tokens.size()), ms_since(td));
+      if (int32_t(draft_.tokens.size()) < std::max(1, spec_params_.draft_min)) draft_.clear();
+    }
+    if (draft_.tokens.empty()) {
+      const auto tp = std::chrono::steady_clock::now();
+      const int32_t one[1] = {token};
+      logits = session_.decode(one);
+      if (spec_) spec_->plain_step(ms_since(tp));
+      continue;
+    }
+    // Verification: the pending token and the drafts in one pass; row i of the logits
+    // judges draft i, the last row gives the token after a fully accepted draft.
+    const int32_t m = int32_t(draft_.tokens.size());
+    verify_batch_.assign(1, token);
+    verify_batch_.insert(verify_batch_.end(), draft_.tokens.begin(), draft_.tokens.end());
+    const int32_t base = session_.n_past();
+    const auto tv = std::chrono::steady_clock::now();
+    const std::span<const float> rows = session_.decode(verify_batch_, /*all_logits=*/true);
+    const double verify_ms = ms_since(tv);
+    int32_t accepted = 0;
+    bool stopped = false, last_is_draft = false;
+    for (int32_t i = 0; i <= m; ++i) {
+      if (cancel && cancel->load()) { stats.stop = StopReason::cancelled; stopped = true; break; }
+      const std::span<const float> row = masked(rows.subspan(size_t(i) * n_vocab, n_vocab));
+      const int32_t t = i < m ? sampler_.verify(row, draft_.tokens[size_t(i)],
+                                                draft_.q.empty() ? std::span<const TokenProb>() : draft_.q[size_t(i)])
+                              : sampler_.sample(row);
+      const bool go_on = emit(t);
+      if (i < m && t == draft_.tokens[size_t(i)]) {
+        ++accepted;
+        if (!go_on) { stopped = true; last_is_draft = true; break; }
+        continue;
+      }
+      token = t;  // the correction (or the bonus token): decoded next
+      undecoded = go_on;
+      stopped = !go_on;
+      break;
+    }
+    // The cache keeps the pending token and the accepted drafts, but not the last emitted
+    // token when generation ended on it (as a plain step leaves it undecoded).
+    const int32_t kept = base + 1 + accepted - (last_is_draft ? 1 : 0);
+    session_.truncate(kept);
+    // A sliding-window ring may have forgotten more than the refused drafts (a batch
+    // larger than -b): run again what it lost, as Session::truncate asks.
+    if (session_.n_past() < kept)
+      session_.decode(std::span<const int32_t>(&history_[size_t(session_.n_past())], size_t(kept - session_.n_past())));
+    spec_->verified(m + 1, verify_ms, m, accepted);
+    stats.spec.n_drafted += m;
+    stats.spec.n_accepted += accepted;
+    ++stats.spec.n_verify;
+    if (stopped) break;
   }
   const std::string rest = detok.flush();
   if (!rest.empty()) on_text(rest);

@@ -133,6 +133,65 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return c.data[sampling::draw(c, uniform01(rng_))].id;
 }
 
+int32_t Sampler::sample(std::span<const float> logits, std::vector<TokenProb>& distribution) {
+  check_logits(logits);
+  sorted_window(window_);
+  if (params_.temperature <= 0.0f) {
+    const int32_t id = sampling::greedy(logits, window_, params_);
+    distribution.assign(1, TokenProb{id, logits[size_t(id)], 1.0f});
+    return id;
+  }
+  sampling::CandidateSet c = run_chain(params_, logits, window_, buf_);
+  distribution.assign(c.data, c.data + c.size);
+  return c.data[sampling::draw(c, uniform01(rng_))].id;
+}
+
+int32_t Sampler::verify(std::span<const float> logits, int32_t token, std::span<const TokenProb> q) {
+  check_logits(logits);
+  sorted_window(window_);
+  if (params_.temperature <= 0.0f) return sampling::greedy(logits, window_, params_);
+  sampling::CandidateSet c = run_chain(params_, logits, window_, buf_);
+  // q by token id, in a vocabulary-sized scratch row cleared again on the way out.
+  q_dense_.resize(size_t(n_vocab_), 0.0f);
+  const TokenProb point{token, 0.0f, 1.0f};
+  const std::span<const TokenProb> q_set = q.empty() ? std::span<const TokenProb>(&point, 1) : q;
+  for (const TokenProb& t : q_set)
+    if (t.id >= 0 && t.id < n_vocab_) q_dense_[size_t(t.id)] = t.p;
+  struct Clear {
+    std::vector<float>& row;
+    std::span<const TokenProb> set;
+    ~Clear() {
+      for (const TokenProb& t : set)
+        if (t.id >= 0 && size_t(t.id) < row.size()) row[size_t(t.id)] = 0.0f;
+    }
+  } clear{q_dense_, q_set};
+  const auto residual = [&](const TokenProb& t) { return std::max(0.0, double(t.p) - double(q_dense_[size_t(t.id)])); };
+
+  double p_token = 0;
+  for (size_t i = 0; i < c.size; ++i)
+    if (c.data[i].id == token) p_token = c.data[i].p;
+  const double q_token = token >= 0 && token < n_vocab_ ? q_dense_[size_t(token)] : 0.0;
+  // Keep with probability min(1, p/q): u * q < p. A token the draft could not have drawn
+  // (q = 0) is never kept.
+  if (q_token > 0 && uniform01(rng_) * q_token < p_token) return token;
+  // The replacement from the residual max(0, p - q) over the candidates (outside them p
+  // is 0, and so is the residual), by inverse CDF. An empty residual means p <= q
+  // everywhere, so p = q and the token was only refused for a q of 0: draw from p.
+  double total = 0;
+  for (size_t i = 0; i < c.size; ++i) total += residual(c.data[i]);
+  if (!(total > 0)) return c.data[sampling::draw(c, uniform01(rng_))].id;
+  double u = uniform01(rng_) * total;
+  size_t last = 0;
+  for (size_t i = 0; i < c.size; ++i) {
+    const double r = residual(c.data[i]);
+    if (r <= 0) continue;
+    if (u < r) return c.data[i].id;
+    u -= r;
+    last = i;
+  }
+  return c.data[last].id;  // rounding left u just past the end
+}
+
 std::vector<TokenProb> Sampler::candidates(std::span<const float> logits) const {
   check_logits(logits);
   std::vector<int32_t> window;
