@@ -523,65 +523,94 @@ TEST(SpecSampling, ContinuationsDistributedAsWithoutADraft) {
 
 TEST(SpecAdaptive, AUselessDraftIsSwitchedOff) {
   // Another family's random weights as the draft: it agrees with stories260K almost
-  // never and costs a decode per token. The controller probes and then stops drafting
-  // but for a probe every 16 plain steps.
+  // never and costs a decode per token. After a short draft or two the controller stops
+  // drafting, but for probes ever further apart.
   const FamilyPair& other = family("qwen2-tiny");
   RunSetup run;
   run.spec.draft_max = 8;  // adaptive
+  run.spec.draft_p_min = 0;
   DraftSource draft{other.target.get()};
   const std::vector<int32_t> prompt = story_prompts()[0];
-  const Output spec = generate(stories(), run, prompt, 200, &draft);
-  EXPECT_EQ(spec.tokens, generate(stories(), run, prompt, 200, nullptr).tokens);
-  EXPECT_LE(spec.stats.spec.n_verify, 200 / SpecController::kProbeEvery + 3);
-  EXPECT_LE(spec.stats.spec.n_drafted, 200 / SpecController::kProbeEvery + 3 + 8);
+  const Output spec = generate(stories(), run, prompt, 400, &draft);
+  EXPECT_EQ(spec.tokens, generate(stories(), run, prompt, 400, nullptr).tokens);
+  EXPECT_LE(spec.stats.spec.n_verify, 3 + SpecController::kProbes);
+  EXPECT_LE(spec.stats.spec.n_drafted, 3 * 8 + SpecController::kProbes);
+}
+
+// Drives a controller through n steps of a drafter that keeps each requested slot with
+// probability `alpha` (deterministic: every slot kept while the running sum allows) at the
+// given costs; returns the draft lengths chosen.
+std::vector<int32_t> drive(SpecController& c, int steps, double alpha, double plain_ms, double draft_step_ms,
+                           double verify_base_ms, double verify_per_token_ms) {
+  std::vector<int32_t> chosen;
+  double credit = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t k = c.choose(100);
+    chosen.push_back(k);
+    if (k == 0) {
+      c.plain_step(plain_ms);
+      continue;
+    }
+    int32_t accepted = 0;
+    while (accepted < k && (credit += alpha) >= 1.0) credit -= 1.0, ++accepted;
+    c.drafted(k, k, k, k * draft_step_ms);
+    c.verified(k + 1, verify_base_ms + verify_per_token_ms * (k + 1), k, accepted);
+  }
+  return chosen;
 }
 
 TEST(SpecAdaptive, ControllerFollowsTheMeasuredCosts) {
   SpeculativeParams p;
   p.draft_max = 8;
-  // Cheap drafts that are always right: the longest draft.
+  // Cheap drafts that are always right: lengths grow from 2 (2, 4, 8) to the longest.
   SpecController good(p);
   EXPECT_EQ(good.choose(100), 0);  // a plain step is measured first
   good.plain_step(10.0);
-  EXPECT_EQ(good.choose(100), 8);  // then the longest verification
-  for (int i = 0; i < 20; ++i) {
-    good.drafted(8, 2.0);
-    good.verified(9, 12.0, 8, 8);
-  }
-  EXPECT_EQ(good.choose(100), 8);
+  const std::vector<int32_t> ks = drive(good, 20, 1.0, 10.0, 1.0, 10.0, 0.5);
+  EXPECT_EQ(ks[0], 2);
+  EXPECT_LE(ks[1], 4);
+  EXPECT_EQ(ks.back(), 8);
   EXPECT_EQ(good.choose(3), 3);  // never past the room left
   EXPECT_GT(good.acceptance(), 0.9);
 
-  // Drafts that are always refused: none, but for a probe every kProbeEvery plain steps.
+  // Drafts that are always refused: none after the first, but for probes at 16, 32,
+  // 64 and 128 plain steps, and none after kProbes failed ones.
   SpecController bad(p);
   bad.plain_step(10.0);
-  for (int i = 0; i < 5; ++i) {
-    bad.drafted(8, 8.0);
-    bad.verified(9, 12.0, 8, 0);
-  }
-  EXPECT_EQ(bad.choose(100), 0);
-  int probes = 0;
-  for (int i = 0; i < 64; ++i) {
-    const int32_t k = bad.choose(100);
-    if (k > 0) {
-      ++probes;
-      bad.drafted(k, 1.0);
-      bad.verified(k + 1, 11.0, k, 0);
-    } else {
-      bad.plain_step(10.0);
-    }
-  }
-  EXPECT_GE(probes, 3);
-  EXPECT_LE(probes, 64 / SpecController::kProbeEvery + 1);
+  const std::vector<int32_t> bad_ks = drive(bad, 1000, 0.0, 10.0, 5.0, 10.0, 0.5);
+  const int drafted_steps = int(std::count_if(bad_ks.begin(), bad_ks.end(), [](int32_t k) { return k > 0; }));
+  EXPECT_EQ(drafted_steps, 1 + SpecController::kProbes);
+  EXPECT_TRUE(std::all_of(bad_ks.begin() + 400, bad_ks.end(), [](int32_t k) { return k == 0; }));
 
   // Right half the time, but a draft token costs as much as a target step: off.
   SpecController costly(p);
   costly.plain_step(10.0);
-  for (int i = 0; i < 20; ++i) {
-    costly.drafted(4, 40.0);
-    costly.verified(5, 11.0, 4, 2);
+  const std::vector<int32_t> costly_ks = drive(costly, 40, 0.5, 10.0, 10.0, 10.0, 0.2);
+  // The first short draft, then probes only (after 16 and 32 plain steps).
+  EXPECT_LE(std::count_if(costly_ks.begin(), costly_ks.end(), [](int32_t k) { return k > 0; }), 3);
+
+  // Free n-gram drafts right 70% of the time, verification nearly flat: a middle length
+  // (1 + a + ... + a^k saturates while the verification keeps costing).
+  SpecController ngram(p);
+  ngram.plain_step(10.0);
+  const std::vector<int32_t> ngram_ks = drive(ngram, 60, 0.7, 10.0, 0.01, 10.0, 0.6);
+  EXPECT_GE(ngram_ks.back(), 2);
+  EXPECT_LE(ngram_ks.back(), 8);
+
+  // A draft cut short by --draft-p-min (nothing proposed) is a refusal: drafting stops.
+  SpecController unsure(p);
+  unsure.plain_step(10.0);
+  for (int i = 0; i < 10; ++i) {
+    const int32_t k = unsure.choose(100);
+    if (k == 0) {
+      unsure.plain_step(10.0);
+      continue;
+    }
+    unsure.drafted(k, 0, 1, 4.0);
+    unsure.plain_step(10.0);
   }
-  EXPECT_EQ(costly.choose(100), 0);
+  EXPECT_LT(unsure.acceptance(), 0.5);  // below the prior's even odds
+  EXPECT_EQ(unsure.choose(100), 0);
 }
 
 TEST(SpecParams, OutOfRangeNamesTheFlag) {

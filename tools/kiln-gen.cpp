@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", layers, "Override the shape's number of blocks");
   app.add_option("--weight-std", o.weight_std, "Standard deviation of the matrix weights")->capture_default_str();
   app.add_option("--norm-jitter", o.norm_jitter, "Norm weights are 1 + uniform(-j, j)")->capture_default_str();
+  app.add_option("--residual-std", o.residual_std,
+                 "Standard deviation of attn_output and ffn_down (what writes into the residual stream; default "
+                 "--weight-std). Small: each block is a small correction, so the same seed with fewer --layers makes a "
+                 "draft that agrees with the whole model");
   app.add_flag("--tied", o.tie_output, "Tie the output projection to token_embd (no output.weight)");
   bool qk_norm = false;
   app.add_flag("--qk-norm", qk_norm, "mpt: add Q/K LayerNorms (attn_q_norm, attn_k_norm; MPT's qk_ln)");

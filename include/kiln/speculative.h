@@ -11,7 +11,6 @@
 // step from the measured acceptance rate and the measured costs of a draft token, of a
 // verification of n tokens and of a plain decode step, down to none: a useless draft
 // costs little more than its probes.
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,12 +38,15 @@ void validate(const SpeculativeParams& params);
 
 // One step's proposal. q[i] is the distribution tokens[i] was drawn from (for sampling);
 // empty q: every token a point mass (greedy drafts, n-grams).
+// n_steps: the draft model's forward passes it took (catching up counts one); 0 for n-grams.
 struct Draft {
   std::vector<int32_t> tokens;
   std::vector<std::vector<TokenProb>> q;
+  int32_t n_steps = 0;
   void clear() {
     tokens.clear();
     q.clear();
+    n_steps = 0;
   }
 };
 
@@ -75,34 +77,47 @@ void check_draft_vocabulary(const Tokenizer& target, const std::string& target_p
                             const std::string& draft_path);
 
 // Chooses each step's draft length. Costs are measured here (exponential averages of the
-// caller's timings), not assumed: a plain decode step, a verification of n tokens
-// (n = 1 .. draft_max + 1, interpolated between measured sizes), one drafted token. The
-// acceptance rate alpha (per drafted token) is a decayed count of accepted and refused
-// drafts. Expected tokens per verification of k drafts: (1 - alpha^(k+1)) / (1 - alpha);
-// the k with the best tokens per millisecond wins, k = 0 (no draft) included. While
-// drafting is off, every kProbeEvery-th step drafts one token anyway, so a draft that
-// improves (a repetitive stretch for n-grams) is noticed.
+// caller's timings), not assumed: a plain decode step, a draft-model step, and the cost
+// of verifying n tokens as a line a + b n fitted (least squares, recent passes weighing
+// most) to the verifications measured, which every eighth drafting step keeps spread by
+// trying one token more or less than the best length. alpha, the chance
+// that a requested draft slot ends up accepted (a draft cut short by --draft-p-min counts
+// as refused there), is a decayed count. Expected tokens per verification of k drafts:
+// (1 - alpha^(k+1)) / (1 - alpha); the k with the best tokens per millisecond wins,
+// k = 0 (no draft) included. Lengths grow from 2 by at most doubling the largest
+// verification measured, so a useless draft costs a few short steps. While drafting is
+// off, a probe drafts one token after kProbeEvery plain steps, then after twice as many
+// each time one fails, and never after kProbes failures in a row (a model draft's probe
+// pays for catching up with the whole gap).
 class SpecController {
  public:
   explicit SpecController(const SpeculativeParams& params);
   // Draft length for the next step, at most `room` (what the context can still take).
   int32_t choose(int32_t room);
   void plain_step(double ms);
-  void drafted(int32_t n_tokens, double ms);
+  // A draft call for `requested` tokens proposed `proposed` of them in `steps` draft-model
+  // passes taking ms. Fewer than the caller verifies (draft_min, at least 1): no
+  // verification follows, and the step counts as refused.
+  void drafted(int32_t requested, int32_t proposed, int32_t steps, double ms);
   // A verification of n_tokens (the pending token and the drafts) in ms, of which
-  // `accepted` drafts of `drafted` were kept.
-  void verified(int32_t n_tokens, double ms, int32_t drafted, int32_t accepted);
+  // `accepted` drafts were kept, `requested` having been asked for.
+  void verified(int32_t n_tokens, double ms, int32_t requested, int32_t accepted);
   double acceptance() const;
 
   static constexpr int32_t kProbeEvery = 16;
+  static constexpr int32_t kProbes = 4;
 
  private:
-  double verify_ms(int32_t n) const;  // measured or interpolated; <0 when nothing is known
+  double verify_ms(int32_t n) const;  // from the fitted line; <0: nothing measured yet
+  void outcome(bool useful);          // a probe's result
   SpeculativeParams params_;
-  double plain_ms_ = -1, draft_ms_ = -1;  // per step, per drafted token
-  std::array<double, 66> verify_ms_{};     // by n tokens; 0: not measured
-  double accepted_ = 1, refused_ = 1;      // decayed counts (a uniform prior)
-  int32_t plain_since_probe_ = 0;
+  double plain_ms_ = -1, draft_step_ms_ = -1;
+  // Decayed sums for the least-squares line of verification ms over n tokens.
+  double fit_w_ = 0, fit_n_ = 0, fit_nn_ = 0, fit_v_ = 0, fit_nv_ = 0;
+  int32_t largest_verified_ = 0;       // tokens in the longest verification so far
+  double accepted_ = 1, refused_ = 1;  // decayed counts (a uniform prior)
+  int32_t plain_since_probe_ = 0, probe_every_ = kProbeEvery, failed_probes_ = 0, n_drafting_ = 0;
+  bool probing_ = false, explored_ = false;
 };
 
 // What a generation with speculation did (GenerationStats carries it).

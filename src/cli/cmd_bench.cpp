@@ -159,9 +159,11 @@ double run_parallel_once(Session& session, const Model& model, int32_t prefix, i
   return ns;
 }
 
-// A speculative row: n_gen tokens of greedy generation (end of text ignored) after `depth`
-// untimed tokens (at least one), drafting up to r.n_draft tokens a step; the generation's
-// own clock (the prompt and the draft's catching up with it excluded).
+// A speculative row: n_gen tokens of greedy generation (end of text ignored) after an
+// untimed prompt of `depth` + 16 random tokens (the draft and the target have something to
+// agree or disagree on), drafting up to r.n_draft tokens a step; the generation's own clock
+// (the prompt and the draft's catching up with it excluded).
+constexpr int32_t kSpeculativePrompt = 16;
 double run_speculative_once(Session& session, const Model& model, const Model* draft_model, const BenchOptions& o,
                             const ModelOptions& mo, std::mt19937& rng, TestResult& r) {
   session.reset();
@@ -178,7 +180,7 @@ double run_speculative_once(Session& session, const Model& model, const Model* d
     spec.attach(generator);
   }
   const GenerationStats st =
-      generator.generate(random_tokens(model, size_t(std::max(r.depth, 1)), rng), r.n_gen, [](std::string_view) {});
+      generator.generate(random_tokens(model, size_t(r.depth + kSpeculativePrompt), rng), r.n_gen, [](std::string_view) {});
   r.spec.n_drafted += st.spec.n_drafted;
   r.spec.n_accepted += st.spec.n_accepted;
   r.spec.n_verify += st.spec.n_verify;
@@ -292,7 +294,7 @@ int bench(BenchOptions& o) {
   for (TestResult& r : tests) {
     ModelOptions mo;
     mo.n_threads = r.n_threads, mo.n_batch = o.n_batch;
-    mo.n_ctx = std::max(r.depth + r.n_prompt + std::max(r.prefix, 1) + r.n_gen + 1, 16);
+    mo.n_ctx = std::max(r.depth + r.n_prompt + std::max(r.prefix, 1) + r.n_gen + 1, 16) + (r.n_draft >= 0 ? kSpeculativePrompt : 0);
     mo.cache_type_k = r.type_k, mo.cache_type_v = r.type_v, mo.flash_attn = r.flash;
     r.paged = r.n_parallel > 1 || kv_layout(o.kv_layout) == KvLayout::paged;  // sharing needs blocks
     mo.kv_layout = r.paged ? "paged" : "contiguous", mo.kv_block = o.kv_block;

@@ -185,7 +185,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     if (k > 0) {
       const auto td = std::chrono::steady_clock::now();
       drafter_->draft(history_, k, sampling, draft_);
-      spec_->drafted(int32_t(draft_.tokens.size()), ms_since(td));
+      spec_->drafted(k, int32_t(draft_.tokens.size()), draft_.n_steps, ms_since(td));
       if (int32_t(draft_.tokens.size()) < std::max(1, spec_params_.draft_min)) draft_.clear();
     }
     if (draft_.tokens.empty()) {
@@ -231,7 +231,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     // larger than -b): run again what it lost, as Session::truncate asks.
     if (session_.n_past() < kept)
       session_.decode(std::span<const int32_t>(&history_[size_t(session_.n_past())], size_t(kept - session_.n_past())));
-    spec_->verified(m + 1, verify_ms, m, accepted);
+    spec_->verified(m + 1, verify_ms, k, accepted);
     stats.spec.n_drafted += m;
     stats.spec.n_accepted += accepted;
     ++stats.spec.n_verify;

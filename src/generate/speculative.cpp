@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kiln/error.h"
 
@@ -77,6 +79,7 @@ class ModelDrafter final : public Drafter {
     out.clear();
     if (history.empty() || int64_t(history.size()) + max_tokens > session_.n_ctx()) return;
     std::span<const float> logits = catch_up(history, /*redo_last=*/true);
+    out.n_steps = 1;
     for (int32_t i = 0; i < max_tokens; ++i) {
       int32_t token;
       float p_top;
@@ -94,6 +97,7 @@ class ModelDrafter final : public Drafter {
       if (i + 1 == max_tokens) break;
       const int32_t one[1] = {token};
       logits = session_.decode(one);
+      ++out.n_steps;
       cached_.push_back(token);
     }
   }
@@ -165,6 +169,7 @@ SpecController::SpecController(const SpeculativeParams& params) : params_(params
 
 namespace {
 void average(double& avg, double x) { avg = avg < 0 ? x : 0.8 * avg + 0.2 * x; }
+constexpr double kDecay = 0.9;  // of the acceptance counts, per draft step
 }  // namespace
 
 void SpecController::plain_step(double ms) {
@@ -172,62 +177,90 @@ void SpecController::plain_step(double ms) {
   ++plain_since_probe_;
 }
 
-void SpecController::drafted(int32_t n_tokens, double ms) {
-  if (n_tokens > 0) average(draft_ms_, ms / n_tokens);
+void SpecController::drafted(int32_t requested, int32_t proposed, int32_t steps, double ms) {
+  average(draft_step_ms_, ms / std::max(steps, 1));
+  explored_ = true;
+  if (proposed >= std::max(1, params_.draft_min)) return;
+  accepted_ *= kDecay;
+  refused_ = refused_ * kDecay + 1;
+  outcome(false);
 }
 
-void SpecController::verified(int32_t n_tokens, double ms, int32_t drafted, int32_t accepted) {
-  if (n_tokens < 1 || size_t(n_tokens) >= verify_ms_.size()) return;
-  double& v = verify_ms_[size_t(n_tokens)];
-  v = v <= 0 ? ms : 0.8 * v + 0.2 * ms;
-  // Each drafted token up to the first refusal was a trial; later ones were not tried.
-  const double decay = 0.9;
-  accepted_ = accepted_ * decay + accepted;
-  refused_ = refused_ * decay + (accepted < drafted ? 1 : 0);
+void SpecController::verified(int32_t n_tokens, double ms, int32_t requested, int32_t accepted) {
+  if (n_tokens < 2) return;
+  constexpr double kFitDecay = 0.95;
+  const double n = n_tokens;
+  fit_w_ = fit_w_ * kFitDecay + 1;
+  fit_n_ = fit_n_ * kFitDecay + n;
+  fit_nn_ = fit_nn_ * kFitDecay + n * n;
+  fit_v_ = fit_v_ * kFitDecay + ms;
+  fit_nv_ = fit_nv_ * kFitDecay + n * ms;
+  largest_verified_ = std::max(largest_verified_, n_tokens);
+  // Each slot up to the first refusal was a trial; later ones were not tried.
+  accepted_ = accepted_ * kDecay + accepted;
+  refused_ = refused_ * kDecay + (accepted < requested ? 1 : 0);
+  outcome(accepted > 0);
+}
+
+void SpecController::outcome(bool useful) {
   plain_since_probe_ = 0;
+  if (!probing_) return;
+  probing_ = false;
+  if (useful) {
+    probe_every_ = kProbeEvery, failed_probes_ = 0;
+  } else {
+    probe_every_ *= 2, ++failed_probes_;
+  }
 }
 
 double SpecController::acceptance() const { return accepted_ / (accepted_ + refused_); }
 
 double SpecController::verify_ms(int32_t n) const {
-  if (verify_ms_[size_t(n)] > 0) return verify_ms_[size_t(n)];
-  // Linear between the nearest measured sizes (a plain step is a verification of 1);
-  // beyond the largest measured size, flat: the cost grows slowly on memory-bound models,
-  // and a probe at that size measures it.
-  int32_t lo = 0, hi = 0;
-  double lo_ms = -1, hi_ms = -1;
-  if (plain_ms_ > 0) lo = 1, lo_ms = plain_ms_;
-  for (int32_t m = 2; m < n; ++m)
-    if (verify_ms_[size_t(m)] > 0) lo = m, lo_ms = verify_ms_[size_t(m)];
-  for (int32_t m = n + 1; size_t(m) < verify_ms_.size(); ++m)
-    if (verify_ms_[size_t(m)] > 0) {
-      hi = m, hi_ms = verify_ms_[size_t(m)];
-      break;
-    }
-  if (lo_ms > 0 && hi_ms > 0) return lo_ms + (hi_ms - lo_ms) * double(n - lo) / double(hi - lo);
-  return lo_ms > 0 ? lo_ms : hi_ms;
+  if (fit_w_ <= 0) return -1;
+  const double mean_n = fit_n_ / fit_w_, mean_v = fit_v_ / fit_w_;
+  const double var_n = fit_nn_ / fit_w_ - mean_n * mean_n;
+  double slope;
+  if (var_n > 0.25) {  // sizes spread enough to fit a line
+    slope = (fit_nv_ / fit_w_ - mean_n * mean_v) / var_n;
+  } else if (plain_ms_ > 0 && mean_n > 1.5) {  // one size so far: through the plain step
+    slope = (mean_v - plain_ms_) / (mean_n - 1);
+  } else {
+    slope = 0;
+  }
+  slope = std::max(slope, 0.0);
+  return std::max(mean_v + slope * (double(n) - mean_n), 1e-3);
 }
 
 int32_t SpecController::choose(int32_t room) {
-  const int32_t k_max = std::min(params_.draft_max, room);
-  if (k_max < std::max(1, params_.draft_min)) return 0;
+  const int32_t k_min = std::max(1, params_.draft_min);
+  int32_t k_max = std::min(params_.draft_max, room);
+  if (k_max < k_min) return 0;
   if (!params_.adaptive) return k_max;
-  // Measure before judging: a plain step first, then a verification at the longest draft.
-  if (plain_ms_ < 0) return 0;
-  if (verify_ms_[size_t(k_max) + 1] <= 0 && verify_ms(k_max + 1) < 0) return k_max;
+  if (plain_ms_ < 0) return 0;  // a plain step is measured first
+  // Slow start: at most twice the longest draft verified so far.
+  k_max = std::min(k_max, std::max({2, k_min, 2 * (largest_verified_ - 1)}));
+  if (!explored_) return k_max;  // one short draft before judging
   const double alpha = acceptance();
-  const double draft_ms = std::max(draft_ms_, 0.0);
+  const double draft_ms = std::max(draft_step_ms_, 0.0);
   int32_t best_k = 0;
   double best_rate = 1.0 / plain_ms_;
-  for (int32_t k = std::max(1, params_.draft_min); k <= k_max; ++k) {
+  for (int32_t k = k_min; k <= k_max; ++k) {
     const double cost = verify_ms(k + 1);
     if (cost <= 0) continue;
     const double expected = alpha >= 1.0 ? k + 1 : (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
     const double rate = expected / (k * draft_ms + cost);
     if (rate > best_rate) best_rate = rate, best_k = k;
   }
-  if (best_k == 0 && plain_since_probe_ >= kProbeEvery) return std::max(1, params_.draft_min);
-  return best_k;
+  if (best_k > 0) {
+    // Now and then a neighbouring length, so the cost line stays fitted around the best.
+    if (++n_drafting_ % 8 == 0) best_k += (n_drafting_ / 8) % 2 ? 1 : -1;
+    return std::clamp(best_k, k_min, std::min(params_.draft_max, room));
+  }
+  if (failed_probes_ < kProbes && plain_since_probe_ >= probe_every_) {
+    probing_ = true;
+    return k_min;
+  }
+  return 0;
 }
 
 }  // namespace kiln

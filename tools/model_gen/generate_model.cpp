@@ -254,9 +254,12 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   write_tokenizer(w);
 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
+  const double residual_half_width = o.residual_std > 0 ? o.residual_std * std::sqrt(3.0) : half_width;
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    const bool writes_residual = name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight");
     w.add_tensor(name, o.type, {cols, rows},
-                 random_tensor(o.type, rows * cols, 0.0, half_width, stream_seed(o.seed, name)));
+                 random_tensor(o.type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
+                               stream_seed(o.seed, name)));
   };
   auto norm = [&](const std::string& name, uint64_t n = 0) {
     n = n ? n : s.dim;

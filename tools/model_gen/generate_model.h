@@ -69,6 +69,11 @@ struct GenerateOptions {
   // model. Tests use a jitter so that a runtime ignoring the norm weights is caught.
   // Biases (shape.biases) are uniform with weight_std, around 0.
   double norm_jitter = 0.0;
+  // Standard deviation of the matrices that write into the residual stream (attn_output,
+  // ffn_down); <= 0: weight_std. GPT-2's init scales them down with depth; a small value
+  // makes each block a small correction, so a file of the first few blocks (same seed,
+  // fewer --layers) predicts much as the whole model does: a self-speculative draft pair.
+  double residual_std = 0.0;
   bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd); Gemma always does
 };
 
