@@ -29,7 +29,7 @@ struct SpeculativeParams {
   SpecType type = SpecType::none;
   int32_t draft_max = 8;      // --draft-max: tokens drafted per step at most (1..64)
   int32_t draft_min = 0;      // --draft-min: a shorter draft is not verified (a plain step instead)
-  float draft_p_min = 0.75f;  // --draft-p-min: the draft model stops when its top probability is below
+  float draft_p_min = 0.0f;   // --draft-p-min: the draft model stops when its top probability is below (llama.cpp: 0)
   int32_t ngram_n = 3;        // --spec-ngram-n: the longest n-gram looked up (shorter ones after it)
   bool adaptive = true;       // false: always draft_max (tests, and measuring a fixed k)
 };
@@ -87,8 +87,9 @@ void check_draft_vocabulary(const Tokenizer& target, const std::string& target_p
 // k = 0 (no draft) included. Lengths grow from 2 by at most doubling the largest
 // verification measured, so a useless draft costs a few short steps. While drafting is
 // off, a probe drafts one token after kProbeEvery plain steps, then after twice as many
-// each time one fails, and never after kProbes failures in a row (a model draft's probe
-// pays for catching up with the whole gap).
+// each time one fails, never after kProbes failures in a row, and only while the time
+// drafting has wasted so far (drafts that gained nothing) is within kWasteBudget of the
+// whole: a model draft's probe pays for catching up with the whole gap.
 class SpecController {
  public:
   explicit SpecController(const SpeculativeParams& params);
@@ -106,12 +107,14 @@ class SpecController {
 
   static constexpr int32_t kProbeEvery = 16;
   static constexpr int32_t kProbes = 4;
+  static constexpr double kWasteBudget = 0.03;
 
  private:
   double verify_ms(int32_t n) const;  // from the fitted line; <0: nothing measured yet
   void outcome(bool useful);          // a probe's result
   SpeculativeParams params_;
   double plain_ms_ = -1, draft_step_ms_ = -1;
+  double total_ms_ = 0, wasted_ms_ = 0, last_draft_ms_ = 0;
   // Decayed sums for the least-squares line of verification ms over n tokens.
   double fit_w_ = 0, fit_n_ = 0, fit_nn_ = 0, fit_v_ = 0, fit_nv_ = 0;
   int32_t largest_verified_ = 0;       // tokens in the longest verification so far

@@ -174,13 +174,17 @@ constexpr double kDecay = 0.9;  // of the acceptance counts, per draft step
 
 void SpecController::plain_step(double ms) {
   average(plain_ms_, ms);
+  total_ms_ += ms;
   ++plain_since_probe_;
 }
 
 void SpecController::drafted(int32_t requested, int32_t proposed, int32_t steps, double ms) {
   average(draft_step_ms_, ms / std::max(steps, 1));
   explored_ = true;
+  total_ms_ += ms;
+  last_draft_ms_ = ms;
   if (proposed >= std::max(1, params_.draft_min)) return;
+  wasted_ms_ += ms;
   accepted_ *= kDecay;
   refused_ = refused_ * kDecay + 1;
   outcome(false);
@@ -196,6 +200,8 @@ void SpecController::verified(int32_t n_tokens, double ms, int32_t requested, in
   fit_v_ = fit_v_ * kFitDecay + ms;
   fit_nv_ = fit_nv_ * kFitDecay + n * ms;
   largest_verified_ = std::max(largest_verified_, n_tokens);
+  total_ms_ += ms;
+  if (accepted == 0) wasted_ms_ += last_draft_ms_ + std::max(0.0, ms - std::max(plain_ms_, 0.0));
   // Each slot up to the first refusal was a trial; later ones were not tried.
   accepted_ = accepted_ * kDecay + accepted;
   refused_ = refused_ * kDecay + (accepted < requested ? 1 : 0);
@@ -256,7 +262,7 @@ int32_t SpecController::choose(int32_t room) {
     if (++n_drafting_ % 8 == 0) best_k += (n_drafting_ / 8) % 2 ? 1 : -1;
     return std::clamp(best_k, k_min, std::min(params_.draft_max, room));
   }
-  if (failed_probes_ < kProbes && plain_since_probe_ >= probe_every_) {
+  if (failed_probes_ < kProbes && plain_since_probe_ >= probe_every_ && wasted_ms_ <= kWasteBudget * total_ms_) {
     probing_ = true;
     return k_min;
   }
