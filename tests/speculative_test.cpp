@@ -376,36 +376,6 @@ TEST(DraftVocabulary, AnotherVocabularyIsRefusedNamingBothFiles) {
 
 // ------------------------------------------------------------------ sampling
 
-// Pearson's statistic of observed counts against expected ones, pooling categories
-// expected below 5 into one; `df` gets its degrees of freedom.
-double chi_square(const std::vector<double>& observed, const std::vector<double>& expected, int& df) {
-  double stat = 0, pooled_o = 0, pooled_e = 0;
-  int cells = 0;
-  for (size_t i = 0; i < observed.size(); ++i) {
-    if (expected[i] < 5) {
-      pooled_o += observed[i];
-      pooled_e += expected[i];
-      continue;
-    }
-    stat += (observed[i] - expected[i]) * (observed[i] - expected[i]) / expected[i];
-    ++cells;
-  }
-  if (pooled_e > 0) {
-    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-    ++cells;
-  }
-  df = cells - 1;
-  return stat;
-}
-
-// The chi-square quantile at 1 - 1e-4 (Wilson-Hilferty): a correct sampler fails this
-// once in 10,000 seeds, and the seeds here are fixed.
-double chi_square_critical(int df) {
-  const double z = 3.719;
-  const double a = 2.0 / (9.0 * df);
-  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
-}
-
 TEST(SpecSampling, VerifyDrawsFromTheTargetDistributionWhateverTheDraft) {
   // Logits over 12 tokens; q a different distribution over an overlapping set (some of
   // p's tokens have q = 0, some of q's have p = 0 after top-k): the output must follow p.
@@ -505,17 +475,10 @@ TEST(SpecSampling, ContinuationsDistributedAsWithoutADraft) {
   ASSERT_GE(drafted, n);  // one draft per continuation at least (room for one before the length limit)
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafted);
-  // Two samples of equal size: expected count of each in a cell is the cell's mean.
-  std::vector<double> observed, expected;
-  for (const auto& [seq, c] : counts) {
-    observed.push_back(c.first);
-    expected.push_back((c.first + c.second) / 2);
-    observed.push_back(c.second);
-    expected.push_back((c.first + c.second) / 2);
-  }
+  std::vector<std::pair<double, double>> cells;
+  for (const auto& [seq, c] : counts) cells.push_back(c);
   int df = 0;
-  const double stat = chi_square(observed, expected, df);
-  df = std::max(1, df / 2);  // (rows - 1) x (columns - 1) with two columns
+  const double stat = chi_square_two_samples(cells, df);
   EXPECT_LT(stat, chi_square_critical(df)) << counts.size() << " continuations";
 }
 

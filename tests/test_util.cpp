@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +82,46 @@ void expect_one_line_error(const CommandResult& r, int code, const std::string& 
   EXPECT_EQ(last_line.rfind("kiln: error: ", 0), 0u) << err;
   EXPECT_EQ(err.find("error"), err.rfind("error")) << "more than one error line: " << err;
   EXPECT_NE(last_line.find(fragment), std::string::npos) << err;
+}
+
+double chi_square(const std::vector<double>& observed, const std::vector<double>& expected, int& df) {
+  double stat = 0, pooled_o = 0, pooled_e = 0;
+  int cells = 0;
+  for (size_t i = 0; i < observed.size(); ++i) {
+    if (expected[i] < 5) {
+      pooled_o += observed[i];
+      pooled_e += expected[i];
+      continue;
+    }
+    stat += (observed[i] - expected[i]) * (observed[i] - expected[i]) / expected[i];
+    ++cells;
+  }
+  if (pooled_e > 0) {
+    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+    ++cells;
+  }
+  df = cells - 1;
+  return stat;
+}
+
+double chi_square_two_samples(const std::vector<std::pair<double, double>>& counts, int& df) {
+  // Equal sample sizes: a cell's expected count is the mean of its two counts.
+  std::vector<double> observed, expected;
+  for (const auto& [a, b] : counts) {
+    observed.push_back(a);
+    expected.push_back((a + b) / 2);
+    observed.push_back(b);
+    expected.push_back((a + b) / 2);
+  }
+  const double stat = chi_square(observed, expected, df);
+  df = std::max(1, df / 2);  // (rows - 1) x (columns - 1) with two columns
+  return stat;
+}
+
+double chi_square_critical(int df) {
+  const double z = 3.719;
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
 }  // namespace kiln::test

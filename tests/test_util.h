@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by tests: where ../shared and the kiln binary are, running a command.
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::test {
 
@@ -39,5 +41,15 @@ std::string shell_quote(const std::string& s);
 // Expects a failed kiln run: exit `code`, nothing on stdout, and one error line (the last
 // on stderr, after any load info) that contains `fragment`.
 void expect_one_line_error(const CommandResult& r, int code, const std::string& fragment);
+
+// Pearson's statistic of observed counts against expected ones, pooling categories
+// expected below 5 into one; `df` gets its degrees of freedom.
+double chi_square(const std::vector<double>& observed, const std::vector<double>& expected, int& df);
+// Two samples of equal size over the same categories (a, b counts per category): the
+// statistic of their homogeneity test, df = categories - 1 (after pooling).
+double chi_square_two_samples(const std::vector<std::pair<double, double>>& counts, int& df);
+// The chi-square quantile at 1 - 1e-4 (Wilson-Hilferty): a correct sampler fails a test
+// against it once in 10,000 seeds, and the seeds of the tests are fixed.
+double chi_square_critical(int df);
 
 }  // namespace kiln::test

@@ -10,12 +10,20 @@
 // steps; at most Params::n_parallel run at once, and past Params::max_queue waiting ones
 // submit() refuses at once (the server's 503) instead of queueing without bound.
 //
+// Speculative decoding (Params::spec_type): a decoding request's part of the batch is its
+// pending token and up to --draft-max drafted ones, verified in the same forward pass as
+// everyone else's tokens (row by row, Sampler::verify), its rejected drafts then
+// truncated from its sequence; each request has its own drafter (a sequence of the
+// shared draft session, or n-gram lookup) and SpecController. Greedy output is the same
+// as without drafting.
+//
 // Contract for callers (the HTTP layer): submit() and everything on a CompletionStream are
 // thread-safe; events arrive in order; the last event of every stream has done = true
 // (also for a cancelled request and after shutdown()), so a reader never waits forever.
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +31,7 @@
 #include "kiln/error.h"
 #include "kiln/sampler.h"
 #include "kiln/session.h"
+#include "kiln/speculative.h"
 #include "kiln/tokenizer.h"
 
 namespace kiln {
@@ -36,6 +45,9 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the token's logit before sampling
   bool ignore_eos = false;
+  // Drafting for this request (llama-server's speculative.n_max/n_min/p_min); unset: the
+  // engine's Params::spec. draft_max 0: none.
+  std::optional<SpeculativeParams> speculative;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };
@@ -78,6 +90,7 @@ struct BatchEngineMetrics {
   size_t cached_prefixes = 0;  // finished requests' sequences kept for prompts that start the same way
   size_t cached_prefix_tokens = 0;  // the positions they hold (shared blocks counted in each)
   double decode_tokens_per_second = 0;  // over the last steps that decoded
+  uint64_t draft_tokens_total = 0, draft_accepted_total = 0;  // speculative decoding
 };
 
 class BatchEngine {
@@ -86,6 +99,11 @@ class BatchEngine {
     int32_t n_parallel = 4;  // running requests at most (-np)
     int32_t max_queue = 64;  // waiting requests at most (--max-queue)
     int32_t prefill_chunk = 0;  // prompt tokens per step at most (0: the session's batch size)
+    // Speculative decoding: none, n-grams, or a draft model in draft_session (paged, with
+    // the target's vocabulary; the engine's, on its thread, until destruction).
+    SpecType spec_type = SpecType::none;
+    SpeculativeParams spec;
+    Session* draft_session = nullptr;
   };
   // The session must use the paged KV layout; it is the engine's until destruction.
   BatchEngine(Session& session, const Tokenizer& tokenizer, const Params& params);

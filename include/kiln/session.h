@@ -153,12 +153,14 @@ class Session {
   // A mixed batch: each part appends its tokens to its own sequence at that sequence's
   // positions (a server step: one token of each running request beside a chunk of a
   // waiting prompt), all in one forward pass. Returns the logits of each part's last
-  // token, row i for parts[i]. Throws kiln::Error, nothing appended, for an unknown or
+  // token, or of every token of a part marked all_logits (a draft being verified), in
+  // part order. Throws kiln::Error, nothing appended, for an unknown or
   // repeated sequence, a part without tokens, one that overflows the context, a token
   // outside the vocabulary, or more tokens in all than the batch size (n_batch).
   struct BatchPart {
     int32_t seq = 0;
     std::span<const int32_t> tokens;
+    bool all_logits = false;
   };
   std::span<const float> decode_batch(std::span<const BatchPart> parts);
   KvMemory kv_memory() const;

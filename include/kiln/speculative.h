@@ -65,10 +65,13 @@ class Drafter {
 // Prompt lookup: the tokens that followed the latest earlier occurrence of the history's
 // last n tokens (n = ngram_n down to 1, the first that occurs).
 std::unique_ptr<Drafter> make_ngram_drafter(int32_t ngram_n);
-// A draft model through its own session (contiguous or paged, sequence 0); `sampling` is
-// the target's (the draft samples with it, penalties off), stopping early when its top
-// probability falls below p_min. The session must outlive the drafter.
-std::unique_ptr<Drafter> make_model_drafter(Session& draft_session, const SamplerParams& sampling, float p_min);
+// A draft model through its own session: sequence 0, or with own_sequence a sequence it
+// adds and frees (a paged session shared by the drafters of many requests, as the
+// server's). `sampling` is the target's (the draft samples with it, penalties off),
+// stopping early when its top probability falls below p_min. The session must outlive
+// the drafter.
+std::unique_ptr<Drafter> make_model_drafter(Session& draft_session, const SamplerParams& sampling, float p_min,
+                                            bool own_sequence = false);
 
 // Throws kiln::Error naming both files when the draft's vocabulary differs from the
 // target's in a token the draft can emit: a different size beyond special tokens, or

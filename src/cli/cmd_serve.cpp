@@ -18,6 +18,7 @@
 #include "kiln/batch_engine.h"
 #include "kiln/error.h"
 #include "kiln/tensor_type.h"
+#include "cli/speculation.h"
 #include "server/http_server.h"
 
 namespace kiln::cli {
@@ -31,6 +32,7 @@ struct ServeOptions {
   server::ServerOptions http;
   int32_t n_parallel = 4;
   int32_t max_queue = 64;
+  SpeculativeOptions spec;
 };
 
 // The type holding most of the weights' bytes: what ollama calls the quantization level.
@@ -61,6 +63,7 @@ server::ModelInfo model_info(const Model& model, const std::string& path) {
 int serve(ServeOptions& o) {
   setup_logging(o.log);
   validate(o.gen.sampling);
+  spec_type(o.spec);
   if (!o.model.kv_layout.empty() && kv_layout(o.model.kv_layout) != KvLayout::paged)
     throw UsageError("kiln serve needs --kv-layout paged (requests share the KV pool and cached prefixes)");
   o.model.kv_layout = "paged";
@@ -103,12 +106,24 @@ int serve(ServeOptions& o) {
   auto model = load_model(path, !o.model.no_repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model, *model));
+  // The draft model's session: paged like the target's, one sequence per running request.
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, !o.model.no_repack);
+  std::unique_ptr<Session> draft_session;
+  if (draft_model) {
+    SessionParams dp = session_params(o.model, *draft_model);
+    dp.n_ctx = session.n_ctx();
+    draft_session = std::make_unique<Session>(*draft_model, dp);
+  }
   server::ChatFormatter chat(select_chat_template(*model, o.chat_template), tok);
   BatchEngine::Params ep;
   ep.n_parallel = o.n_parallel;
   ep.max_queue = o.max_queue;
+  ep.spec_type = spec_type(o.spec);
+  ep.spec = o.spec.params;
+  ep.draft_session = draft_session.get();
   BatchEngine engine(session, tok, ep);
-  server::Backend backend{engine, tok, chat, model_info(*model, path), session.n_ctx(), {o.gen.sampling, o.gen.n_predict}};
+  server::Backend backend{engine, tok, chat, model_info(*model, path), session.n_ctx(),
+                          {o.gen.sampling, o.gen.n_predict, o.spec.params}};
   http.set_backend(&backend);
   std::fprintf(stderr, "listening on http://%s:%d\n", o.http.host.c_str(), port);
   std::fflush(stderr);
@@ -145,6 +160,7 @@ void register_serve(CLI::App& app, Action& action) {
   add_runtime_options(*cmd, o->model);
   add_kv_layout_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
+  add_speculative_options(*cmd, o->spec);
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] {
     if (o->log.quiet) o->http.access_log = false;

@@ -82,6 +82,15 @@ struct BatchEngine::Impl {
     std::string pending;      // text not yet sent (held back while it may become a stop string)
     std::vector<int32_t> unsent_tokens;
     FinishReason done = FinishReason::none;
+    // Speculative decoding (null drafter: none). history: prompt and generated tokens,
+    // the last one sampled and not decoded yet; step: next_token and this step's drafts.
+    std::unique_ptr<Drafter> drafter;
+    std::unique_ptr<SpecController> controller;
+    int32_t draft_min = 1;
+    std::vector<int32_t> history;
+    Draft draft;
+    std::vector<int32_t> step;
+    int32_t requested = 0;  // draft tokens asked for this step
 
     Request(CompletionRequest r, std::shared_ptr<Stream> s, int32_t n_vocab, const Tokenizer& tok)
         : req(std::move(r)), stream(std::move(s)), sampler(req.sampling, n_vocab), detok(tok) {}
@@ -122,7 +131,12 @@ struct BatchEngine::Impl {
   void loop();
   void admit(std::unique_ptr<Request> r);
   void step();
+  std::span<const float> adjusted(const Request& r, std::span<const float> logits);
   void sample(Request& r, std::span<const float> logits);
+  bool emit(Request& r, int32_t token, int32_t position);
+  int32_t draft(Request& r, int32_t room);
+  void verify(Request& r, std::span<const float> rows, double step_ms);
+  void start_drafting(Request& r);
   void send(Request& r, bool last);
   void finish(size_t i, FinishReason why, const std::string& error = {});
   void refresh_kv_counters();
@@ -191,6 +205,14 @@ void BatchEngine::Impl::admit(std::unique_ptr<Request> r) {
     return;
   }
   for (int32_t t : prompt) r->sampler.accept(t);
+  r->history = prompt;
+  try {
+    start_drafting(*r);
+  } catch (const std::exception& e) {
+    running.push_back(std::move(r));
+    finish(running.size() - 1, FinishReason::error, e.what());
+    return;
+  }
   running.push_back(std::move(r));
   if (running.back()->req.max_tokens == 0) finish(running.size() - 1, FinishReason::length);
 }
@@ -207,10 +229,13 @@ void BatchEngine::Impl::step() {
   int32_t budget = chunk();
   for (size_t i = 0; i < running.size() && budget > 0; ++i)
     if (!running[i]->prefilling()) {
-      parts.push_back({running[i]->seq, std::span<const int32_t>(&running[i]->next_token, 1)});
+      Request& r = *running[i];
+      r.step.assign(1, r.next_token);
+      if (r.drafter) draft(r, budget - 1);
+      parts.push_back({r.seq, r.step, r.step.size() > 1});
       owner.push_back(i);
       fed.push_back(0);
-      --budget;
+      budget -= int32_t(r.step.size());
     }
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     Request& r = *running[i];
@@ -232,16 +257,26 @@ void BatchEngine::Impl::step() {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  size_t n_decoded = 0;
+  size_t n_decoded = 0, row = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     Request& r = *running[owner[p]];
+    const size_t n_rows = parts[p].all_logits ? parts[p].tokens.size() : 1;
+    const std::span<const float> rows = logits.subspan(row * size_t(n_vocab), n_rows * size_t(n_vocab));
+    row += n_rows;
     if (fed[p] > 0) {
       r.n_fed += fed[p];
       if (r.prefilling()) continue;  // more of the prompt next step
-    } else {
-      ++n_decoded;
+      sample(r, rows);
+      if (r.drafter && r.done == FinishReason::none) r.drafter->prepare(r.req.prompt);
+      continue;
     }
-    sample(r, logits.subspan(p * size_t(n_vocab), size_t(n_vocab)));
+    ++n_decoded;
+    if (n_rows > 1) {
+      verify(r, rows, seconds * 1e3);
+    } else {
+      if (r.controller) r.controller->plain_step(seconds * 1e3);
+      sample(r, rows);
+    }
   }
   if (n_decoded > 0 && seconds > 0) {
     std::lock_guard lock(mu);
@@ -255,22 +290,31 @@ void BatchEngine::Impl::step() {
 // The request's next token. Ends it (Request::done) on end of generation, a stop string,
 // max_tokens or a full context; otherwise the token is decoded next step.
 void BatchEngine::Impl::sample(Request& r, std::span<const float> logits) {
-  if (!r.req.logit_bias.empty() || r.req.ignore_eos) {
-    biased.assign(logits.begin(), logits.end());
-    for (auto [id, bias] : r.req.logit_bias) biased[size_t(id)] += bias;
-    if (r.req.ignore_eos)
-      for (int32_t id : eog_ids) biased[size_t(id)] = -INFINITY;
-    logits = biased;
-  }
-  const int32_t token = r.sampler.sample(logits);
+  emit(r, r.sampler.sample(adjusted(r, logits)), session.n_past(r.seq));
+}
+
+// The request's logit bias and end-of-generation ban applied to one row of logits.
+std::span<const float> BatchEngine::Impl::adjusted(const Request& r, std::span<const float> logits) {
+  if (r.req.logit_bias.empty() && !r.req.ignore_eos) return logits;
+  biased.assign(logits.begin(), logits.end());
+  for (auto [id, bias] : r.req.logit_bias) biased[size_t(id)] += bias;
+  if (r.req.ignore_eos)
+    for (int32_t id : eog_ids) biased[size_t(id)] = -INFINITY;
+  return biased;
+}
+
+// Records a chosen token that would be decoded at `position`; false when it ends the
+// request (Request::done set).
+bool BatchEngine::Impl::emit(Request& r, int32_t token, int32_t position) {
   r.sampler.accept(token);
   r.next_token = -1;
   if (tokenizer.is_eog(token)) {
     r.pending += r.detok.flush();
     r.done = FinishReason::stop;
-    return;
+    return false;
   }
   r.generated.push_back(token);
+  r.history.push_back(token);
   r.unsent_tokens.push_back(token);
   r.pending += r.detok.push(token);
   for (const std::string& s : r.req.stop) {
@@ -278,17 +322,72 @@ void BatchEngine::Impl::sample(Request& r, std::span<const float> logits) {
     if (at != std::string::npos) {
       r.pending.resize(at);
       r.done = FinishReason::stop;
-      return;
+      return false;
     }
   }
   const bool at_max = r.req.max_tokens >= 0 && int32_t(r.generated.size()) >= r.req.max_tokens;
-  if (at_max || session.n_past(r.seq) + 1 > n_ctx) {
+  if (at_max || position + 1 > n_ctx) {
     r.pending += r.detok.flush();
     r.done = FinishReason::length;
-    return;
+    return false;
   }
   send(r, false);
   r.next_token = token;
+  return true;
+}
+
+void BatchEngine::Impl::start_drafting(Request& r) {
+  const SpeculativeParams spec = r.req.speculative.value_or(params.spec);
+  if (params.spec_type == SpecType::none || spec.draft_max < 1) return;
+  validate(spec);
+  if (params.spec_type == SpecType::ngram) r.drafter = make_ngram_drafter(spec.ngram_n);
+  else r.drafter = make_model_drafter(*params.draft_session, r.req.sampling, spec.draft_p_min, /*own_sequence=*/true);
+  r.controller = std::make_unique<SpecController>(spec);
+  r.draft_min = std::max(1, spec.draft_min);
+}
+
+// Appends this step's drafts to r.step (at most `room`, what the batch has left); the
+// number asked for.
+int32_t BatchEngine::Impl::draft(Request& r, int32_t room) {
+  room = std::min(room, n_ctx - session.n_past(r.seq) - 1);
+  if (r.req.max_tokens >= 0) room = std::min(room, r.req.max_tokens - int32_t(r.generated.size()) - 1);
+  r.requested = room > 0 ? r.controller->choose(room) : 0;
+  r.draft.clear();
+  if (r.requested == 0) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  r.drafter->draft(r.history, r.requested, r.req.sampling.temperature > 0, r.draft);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.controller->drafted(r.requested, int32_t(r.draft.tokens.size()), r.draft.n_steps, ms);
+  if (int32_t(r.draft.tokens.size()) < r.draft_min) r.draft.clear();
+  r.step.insert(r.step.end(), r.draft.tokens.begin(), r.draft.tokens.end());
+  return r.requested;
+}
+
+// Row i of `rows` judges draft i (the last row gives the token after a fully accepted
+// draft); the sequence then keeps the pending token and the accepted drafts.
+void BatchEngine::Impl::verify(Request& r, std::span<const float> rows, double step_ms) {
+  const int32_t m = int32_t(r.draft.tokens.size());
+  const int32_t base = session.n_past(r.seq) - (m + 1);
+  int32_t accepted = 0;
+  bool last_is_draft = false;
+  for (int32_t i = 0; i <= m; ++i) {
+    const std::span<const float> row = adjusted(r, rows.subspan(size_t(i) * size_t(n_vocab), size_t(n_vocab)));
+    const int32_t t = i < m ? r.sampler.verify(row, r.draft.tokens[size_t(i)],
+                                               r.draft.q.empty() ? std::span<const TokenProb>() : r.draft.q[size_t(i)])
+                            : r.sampler.sample(row);
+    const bool go_on = emit(r, t, base + 1 + i);
+    if (i < m && t == r.draft.tokens[size_t(i)]) {
+      ++accepted;
+      if (go_on) continue;
+      last_is_draft = true;
+    }
+    break;
+  }
+  session.truncate_sequence(r.seq, base + 1 + accepted - (last_is_draft ? 1 : 0));
+  r.controller->verified(m + 1, step_ms, r.requested, accepted);
+  std::lock_guard lock(mu);
+  counters.draft_tokens_total += uint64_t(m);
+  counters.draft_accepted_total += uint64_t(accepted);
 }
 
 // Sends the text that can no longer become a stop string (all of it when last).
@@ -363,6 +462,8 @@ BatchEngine::BatchEngine(Session& session, const Tokenizer& tokenizer, const Par
   if (session.kv_layout() != KvLayout::paged) throw Error("the batch engine needs the paged KV layout");
   if (params.n_parallel < 1) throw UsageError("-np must be at least 1, got " + std::to_string(params.n_parallel));
   if (params.max_queue < 0) throw UsageError("--max-queue must be at least 0, got " + std::to_string(params.max_queue));
+  if (params.spec_type == SpecType::draft && (!params.draft_session || params.draft_session->kv_layout() != KvLayout::paged))
+    throw Error("the batch engine's draft model needs a paged session");
   if (session.n_batch() < params.n_parallel)
     throw UsageError("the batch size (-b " + std::to_string(session.n_batch()) + ") must be at least -np (" +
                      std::to_string(params.n_parallel) + ")");

@@ -67,8 +67,15 @@ float top_probability(std::span<const float> logits) {
 
 class ModelDrafter final : public Drafter {
  public:
-  ModelDrafter(Session& s, const SamplerParams& p, float p_min)
-      : session_(s), sampler_(draft_sampling(p), s.model().config().n_vocab), p_min_(p_min) {}
+  ModelDrafter(Session& s, const SamplerParams& p, float p_min, bool own_sequence)
+      : session_(s),
+        sampler_(draft_sampling(p), s.model().config().n_vocab),
+        p_min_(p_min),
+        seq_(own_sequence ? s.add_sequence() : 0),
+        own_(own_sequence) {}
+  ~ModelDrafter() override {
+    if (own_) session_.free_sequence(seq_);
+  }
 
   void prepare(std::span<const int32_t> history) override {
     if (history.empty() || int64_t(history.size()) >= session_.n_ctx()) return;
@@ -96,7 +103,7 @@ class ModelDrafter final : public Drafter {
       if (sample) out.q.push_back(dist_);
       if (i + 1 == max_tokens) break;
       const int32_t one[1] = {token};
-      logits = session_.decode(one);
+      logits = session_.decode_sequence(seq_, one);
       ++out.n_steps;
       cached_.push_back(token);
     }
@@ -111,12 +118,12 @@ class ModelDrafter final : public Drafter {
     while (common < cached_.size() && common < history.size() && cached_[common] == history[common]) ++common;
     if (redo_last) common = std::min(common, history.size() - 1);
     if (common < cached_.size()) {
-      session_.truncate(int32_t(common));
-      common = size_t(session_.n_past());  // a sliding-window ring may have forgotten more
+      session_.truncate_sequence(seq_, int32_t(common));
+      common = size_t(session_.n_past(seq_));  // a sliding-window ring may have forgotten more
       cached_.resize(common);
     }
     std::span<const float> logits;
-    if (common < history.size()) logits = session_.decode(history.subspan(common));
+    if (common < history.size()) logits = session_.decode_sequence(seq_, history.subspan(common));
     cached_.assign(history.begin(), history.end());
     return logits;
   }
@@ -124,7 +131,9 @@ class ModelDrafter final : public Drafter {
   Session& session_;
   Sampler sampler_;
   float p_min_;
-  std::vector<int32_t> cached_;  // what session_ holds (n_past() == size)
+  int32_t seq_;
+  bool own_;
+  std::vector<int32_t> cached_;  // what sequence seq_ holds (n_past(seq_) == size)
   std::vector<TokenProb> dist_;
 };
 
@@ -138,8 +147,9 @@ bool is_special(const Vocab& v, size_t id) {
 
 std::unique_ptr<Drafter> make_ngram_drafter(int32_t ngram_n) { return std::make_unique<NgramDrafter>(ngram_n); }
 
-std::unique_ptr<Drafter> make_model_drafter(Session& draft_session, const SamplerParams& sampling, float p_min) {
-  return std::make_unique<ModelDrafter>(draft_session, sampling, p_min);
+std::unique_ptr<Drafter> make_model_drafter(Session& draft_session, const SamplerParams& sampling, float p_min,
+                                            bool own_sequence) {
+  return std::make_unique<ModelDrafter>(draft_session, sampling, p_min, own_sequence);
 }
 
 void check_draft_vocabulary(const Tokenizer& target, const std::string& target_path, const Tokenizer& draft,

@@ -28,6 +28,7 @@ namespace kiln {
 struct QuerySpan {
   size_t row = 0, n = 0, pos = 0;
   int32_t seq = 0;
+  bool all_logits = false;  // LogitRows::span_ends: every row of this span, not only its last
 };
 
 // The factor of q . k: ModelConfig::attn_scale, or 1/sqrt(head_dim) when the family sets none.

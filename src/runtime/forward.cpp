@@ -250,8 +250,11 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
   // Only the rows whose logits are wanted go through the final norm and the classifier.
   size_t n_out = 0;
   if (rows == LogitRows::span_ends) {
-    for (const QuerySpan& sp : spans)
-      norm_rows(&x[(sp.row + sp.n - 1) * dim], model.output_norm, model.output_norm_b, &xb[n_out++ * dim], dim, 1);
+    for (const QuerySpan& sp : spans) {
+      const size_t first = sp.all_logits ? sp.row : sp.row + sp.n - 1, n = sp.row + sp.n - first;
+      norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, &xb[n_out * dim], dim, n);
+      n_out += n;
+    }
   } else {
     const size_t first = rows == LogitRows::all ? 0 : B - 1;
     n_out = B - first;

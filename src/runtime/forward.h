@@ -35,7 +35,8 @@ class Forward {
           ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash);
 
   // Which rows' logits a run writes, in row order: the batch's last, every row, or the
-  // last row of each span (one per sequence of a mixed batch).
+  // last row of each span (one per sequence of a mixed batch; every row of a span marked
+  // all_logits, such as a draft being verified).
   enum class LogitRows { last, all, span_ends };
   // Runs B tokens, row by row where `spans` says (sequence and position; they cover rows
   // [0, B)), and writes the logits of `rows`; logits_out == nullptr only fills the KV

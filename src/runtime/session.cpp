@@ -343,11 +343,13 @@ std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
   if (parts.empty()) return {};
   s.batch_tokens.clear();
   s.spans.clear();
+  size_t n_rows = 0;
   for (const BatchPart& part : parts) {
-    s.spans.push_back({s.batch_tokens.size(), part.tokens.size(), s.kv->length(part.seq), part.seq});
+    s.spans.push_back({s.batch_tokens.size(), part.tokens.size(), s.kv->length(part.seq), part.seq, part.all_logits});
     s.batch_tokens.insert(s.batch_tokens.end(), part.tokens.begin(), part.tokens.end());
+    n_rows += part.all_logits ? part.tokens.size() : 1;
   }
-  s.logits.resize(parts.size() * n_vocab);
+  s.logits.resize(n_rows * n_vocab);
   s.forward.run(s.batch_tokens.data(), s.spans, B, s.logits.data(), Forward::LogitRows::span_ends, nullptr);
   return {s.logits.data(), s.logits.size()};
 }

@@ -105,6 +105,9 @@ void metrics(ServerState& state, httplib::Response& res) {
            double(m.cached_prefix_tokens));
     metric("kiln:predicted_tokens_seconds", "gauge", "Decode throughput over the last steps (tokens/s).",
            m.decode_tokens_per_second);
+    metric("kiln:draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.", double(m.draft_tokens_total));
+    metric("kiln:draft_tokens_accepted_total", "counter", "Speculative decoding: draft tokens accepted.",
+           double(m.draft_accepted_total));
   }
   out << "# HELP kiln:http_responses_total HTTP responses by route and status.\n# TYPE kiln:http_responses_total counter\n";
   for (const auto& [key, count] : responses) {

@@ -111,6 +111,19 @@ ParsedRequest read_common(const json& body, const Tokenizer& tokenizer, const De
   r.request.max_tokens = (int32_t)read_int(body, "max_completion_tokens", r.request.max_tokens, 0, kInt32Max, "");
   r.request.sampling = defaults.sampling;
   read_sampling(body, r.request);
+  // llama-server's per-request draft settings (flat keys with a dot in the name).
+  const bool speculative = member(body, "speculative.n_max") || member(body, "speculative.n_min") ||
+                           member(body, "speculative.p_min");
+  if (speculative) {
+    SpeculativeParams sp = defaults.speculative;
+    sp.draft_max = (int32_t)read_int(body, "speculative.n_max", sp.draft_max, 0, 64, "");
+    sp.draft_min = (int32_t)read_int(body, "speculative.n_min", sp.draft_min, 0, 64, "");
+    sp.draft_p_min = read_real(body, "speculative.p_min", sp.draft_p_min, 0, 1, "");
+    if (sp.draft_max > 0 && sp.draft_min > sp.draft_max)
+      bad("speculative.n_min", "speculative.n_min (" + std::to_string(sp.draft_min) + ") exceeds speculative.n_max (" +
+                                   std::to_string(sp.draft_max) + ")");
+    r.request.speculative = sp;
+  }
   if (const json* s = member(body, "stop")) r.request.stop = read_stop(*s, "stop");
   if (const json* lb = member(body, "logit_bias")) r.request.logit_bias = read_logit_bias(*lb, tokenizer.n_vocab());
   r.request.ignore_eos = read_bool(body, "ignore_eos", false, "");

@@ -39,6 +39,7 @@ json error_json(int status, const std::string& message, const std::string& type,
 struct Defaults {
   SamplerParams sampling;
   int32_t max_tokens = -1;
+  SpeculativeParams speculative;  // -md/--spec-type and --draft-*: what a request's speculative.* start from
 };
 
 // A chat conversation as kiln chat renders it: the model's template (or the one the
