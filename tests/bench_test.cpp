@@ -12,6 +12,7 @@
 
 #include "kiln/gguf.h"
 #include "model_gen/generate_model.h"
+#include "stories_fixture.h"
 #include "test_util.h"
 
 using namespace kiln::test;
@@ -230,4 +231,37 @@ TEST(BenchCompare, AlternatesEnginesAndPrintsRatios) {
   auto wrong = run_command("LLAMA_CPP=" + shell_quote(dir + "/nowhere") + " " + script + " " + models);
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_NE(wrong.err.find("LLAMA_CPP=" + dir + "/nowhere: no executable llama-bench"), std::string::npos) << wrong.err;
+}
+
+// -md: tg rows become greedy generation, one per --draft-max (0: undrafted), with the
+// draft_model, n_draft and accept_rate fields; csv carries them too.
+TEST(BenchSpeculative, DraftRowsCarryTheDraftAndItsAcceptance) {
+  const std::string draft = stories_path("Q4_0");
+  const auto rows = bench_json("-p 0 -n 24 -r 2 -t 1 -md " + shell_quote(draft) + " --draft-max 0,4 --no-spec-adaptive");
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  EXPECT_EQ(rows[0]["n_draft"], 0);
+  EXPECT_EQ(rows[0]["draft_model"], draft);
+  EXPECT_TRUE(rows[0]["accept_rate"].is_null());
+  EXPECT_EQ(rows[1]["n_draft"], 4);
+  EXPECT_EQ(rows[1]["draft_model"], draft);
+  const double accept = rows[1]["accept_rate"].get<double>();
+  EXPECT_GT(accept, 0.0);  // a Q4_0 copy agrees with its F32 model more often than not
+  EXPECT_LE(accept, 1.0);
+  EXPECT_GT(rows[1]["mean_accepted"].get<double>(), 0.0);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["n_gen"], 24);
+    EXPECT_GT(row["avg_ts"].get<double>(), 0.0);
+  }
+  const auto plain = bench_json("-p 0 -n 8 -r 1 -t 1");
+  EXPECT_TRUE(plain[0]["n_draft"].is_null());
+
+  auto csv = kiln_run("bench " + shell_quote(model()) + " -p 0 -n 8 -r 1 -t 1 --spec-type ngram --draft-max 3 -o csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const std::vector<std::string> lines = lines_of(csv.out);
+  ASSERT_EQ(lines.size(), 2u) << csv.out;
+  EXPECT_NE(lines[0].find(",draft_model,n_draft,accept_rate,mean_accepted"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("\"ngram\",3,"), std::string::npos) << lines[1];
+
+  auto bad = kiln_run("bench " + shell_quote(model()) + " -p 0 -n 8 -md " + shell_quote(draft) + " -np 2");
+  expect_one_line_error(bad, 2, "-md/--spec-type");
 }
