@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/bench_runs.h"
 #include "cli/common.h"
 #include "cli/mem_bandwidth.h"
 #include "cli/speculation.h"
@@ -100,92 +101,6 @@ struct TestResult {
   }
 };
 
-std::vector<int32_t> random_tokens(const Model& model, size_t n, std::mt19937& rng) {
-  std::vector<int32_t> t(n);
-  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
-  for (auto& x : t) x = dist(rng);
-  if (!t.empty() && model.tokenizer().bos() >= 0 && model.tokenizer().vocab().add_bos) t[0] = model.tokenizer().bos();
-  return t;
-}
-
-// One timed run: a prompt of n_prompt tokens in batches, then n_gen single-token steps,
-// after `depth` untimed tokens put in the cache. Without the KV cache every generated
-// token recomputes the whole sequence.
-double run_once(Session& session, const Model& model, int32_t n_prompt, int32_t n_gen, bool kv_cache, std::mt19937& rng,
-                int32_t depth = 0) {
-  session.reset();
-  if (depth > 0) session.decode(random_tokens(model, size_t(depth), rng));
-  std::vector<int32_t> seq = random_tokens(model, (size_t)std::max(n_prompt, 1), rng);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (n_prompt > 0) session.decode(seq);
-  else seq.resize(1);  // generation starts from one token, like llama-bench
-  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
-  int32_t token = seq.back();
-  for (int32_t i = 0; i < n_gen; ++i) {
-    if (kv_cache) {
-      const int32_t one[1] = {token};
-      session.decode(one);
-    } else {
-      session.reset();
-      session.decode(seq);
-    }
-    token = dist(rng);
-    seq.push_back(token);
-  }
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// -np: `prefix` tokens (at least one) decoded once into sequence 0 (untimed), n_seq - 1
-// forks sharing them, then n_gen timed steps of one token per sequence as one batch.
-// r gets the KV memory of the last step.
-double run_parallel_once(Session& session, const Model& model, int32_t prefix, int32_t n_gen, int32_t n_seq,
-                         std::mt19937& rng, TestResult& r) {
-  session.reset();
-  session.decode(random_tokens(model, size_t(std::max(prefix, 1)), rng));
-  std::vector<int32_t> seqs{0};
-  for (int32_t i = 1; i < n_seq; ++i) seqs.push_back(session.fork_sequence(0));
-  std::uniform_int_distribution<int32_t> dist(0, (int32_t)model.config().n_vocab - 1);
-  std::vector<int32_t> tokens(static_cast<size_t>(n_seq));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int32_t i = 0; i < n_gen; ++i) {
-    for (int32_t& t : tokens) t = dist(rng);
-    if (session.kv_layout() == KvLayout::paged) session.decode_parallel(seqs, tokens);
-    else session.decode(tokens);  // one sequence
-  }
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  const KvMemory m = session.kv_memory();
-  r.kv_bytes = m.bytes_used, r.kv_bytes_unshared = m.bytes_unshared;
-  for (size_t i = 1; i < seqs.size(); ++i) session.free_sequence(seqs[i]);
-  return ns;
-}
-
-// A speculative row: n_gen tokens of greedy generation (end of text ignored) after an
-// untimed prompt of `depth` + 16 random tokens (the draft and the target have something to
-// agree or disagree on), drafting up to r.n_draft tokens a step; the generation's own clock
-// (the prompt and the draft's catching up with it excluded).
-constexpr int32_t kSpeculativePrompt = 16;
-double run_speculative_once(Session& session, const Model& model, const Model* draft_model, const BenchOptions& o,
-                            const ModelOptions& mo, std::mt19937& rng, TestResult& r) {
-  session.reset();
-  SamplerParams greedy;
-  greedy.temperature = 0;
-  Sampler sampler(greedy, model.config().n_vocab);
-  Generator generator(session, model.tokenizer(), sampler);
-  generator.set_ignore_eos(true);
-  Speculation spec;
-  if (r.n_draft > 0) {
-    SpeculativeOptions so = o.spec;
-    so.params.draft_max = r.n_draft;
-    spec = make_speculation(so, draft_model, session, mo, greedy);
-    spec.attach(generator);
-  }
-  const GenerationStats st =
-      generator.generate(random_tokens(model, size_t(r.depth + kSpeculativePrompt), rng), r.n_gen, [](std::string_view) {});
-  r.spec.n_drafted += st.spec.n_drafted;
-  r.spec.n_accepted += st.spec.n_accepted;
-  r.spec.n_verify += st.spec.n_verify;
-  return st.generate_ms * 1e6;
-}
 
 std::string now_iso() {
   std::time_t t = std::time(nullptr);
@@ -311,17 +226,23 @@ int bench(BenchOptions& o) {
     }
     Session& session = *session_ptr;
     run_once(session, *model, std::min(r.n_prompt, 16), std::min(r.n_gen, 4), true, rng);  // warm-up
-    if (r.n_parallel > 0) run_parallel_once(session, *model, 1, 2, r.n_parallel, rng, r);
+    KvMemory kv;
+    if (r.n_parallel > 0) run_parallel_once(session, *model, 1, 2, r.n_parallel, rng, kv);
     r.test_time = now_iso();
     for (int32_t rep = 0; rep < o.reps; ++rep) {
       if (probe && r.is_tg()) {
         r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
         roofline[r.n_threads].push_back(r.roofline_gbs.back());
       }
-      r.samples_ns.push_back(r.n_draft >= 0      ? run_speculative_once(session, *model, draft_model.get(), o, mo, rng, r)
-                             : r.n_parallel > 0 ? run_parallel_once(session, *model, r.depth + r.prefix, r.n_gen,
-                                                                    r.n_parallel, rng, r)
-                                                : run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
+      if (r.n_draft >= 0) {
+        r.samples_ns.push_back(run_speculative_once(session, *model, draft_model.get(), o.spec, r.n_draft, mo, r.depth,
+                                                    r.n_gen, rng, r.spec));
+      } else if (r.n_parallel > 0) {
+        r.samples_ns.push_back(run_parallel_once(session, *model, r.depth + r.prefix, r.n_gen, r.n_parallel, rng, kv));
+        r.kv_bytes = kv.bytes_used, r.kv_bytes_unshared = kv.bytes_unshared;
+      } else {
+        r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
+      }
     }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));

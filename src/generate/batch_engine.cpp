@@ -1,13 +1,9 @@
 #include "kiln/batch_engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
-#include <deque>
-#include <list>
-#include <mutex>
-#include <thread>
+
+#include "generate/batch_engine_impl.h"
 
 namespace kiln {
 
@@ -24,35 +20,6 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// The reader's side of a request: events queued by the engine thread, taken by the HTTP
-// thread that waits on them.
-class Stream final : public CompletionStream {
- public:
-  bool next(CompletionEvent& event, std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
-    event = std::move(events_.front());
-    events_.pop_front();
-    return true;
-  }
-  void cancel() override { cancelled_.store(true); }
-
-  bool cancelled() const { return cancelled_.load(); }
-  void push(CompletionEvent event) {
-    {
-      std::lock_guard lock(mu_);
-      events_.push_back(std::move(event));
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<CompletionEvent> events_;
-  std::atomic<bool> cancelled_{false};
-};
-
 // The longest suffix of `text` that is a proper beginning of some stop string: it may
 // still become a stop string, so it is held back.
 size_t held_back(const std::string& text, const std::vector<std::string>& stops) {
@@ -68,79 +35,6 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 
 }  // namespace
 
-struct BatchEngine::Impl {
-  struct Request {
-    CompletionRequest req;
-    std::shared_ptr<Stream> stream;
-    Sampler sampler;
-    Detokenizer detok;
-    int32_t seq = -1;
-    size_t n_fed = 0;    // prompt tokens in the KV cache
-    int32_t cached = 0;  // of those, taken from the prefix cache
-    std::vector<int32_t> generated;
-    int32_t next_token = -1;  // sampled, to be decoded next step
-    std::string pending;      // text not yet sent (held back while it may become a stop string)
-    std::vector<int32_t> unsent_tokens;
-    FinishReason done = FinishReason::none;
-    // Speculative decoding (null drafter: none). history: prompt and generated tokens,
-    // the last one sampled and not decoded yet; step: next_token and this step's drafts.
-    std::unique_ptr<Drafter> drafter;
-    std::unique_ptr<SpecController> controller;
-    int32_t draft_min = 1;
-    std::vector<int32_t> history;
-    Draft draft;
-    std::vector<int32_t> step;
-    int32_t requested = 0;  // draft tokens asked for this step
-
-    Request(CompletionRequest r, std::shared_ptr<Stream> s, int32_t n_vocab, const Tokenizer& tok)
-        : req(std::move(r)), stream(std::move(s)), sampler(req.sampling, n_vocab), detok(tok) {}
-    bool prefilling() const { return n_fed < req.prompt.size(); }
-  };
-  // A finished request's sequence, kept for later prompts that start the same way.
-  struct CachedPrefix {
-    int32_t seq;
-    std::vector<int32_t> tokens;  // what its KV holds
-  };
-
-  Session& session;
-  const Tokenizer& tokenizer;
-  const Params params;
-  const int32_t n_vocab, n_ctx;
-  std::vector<int32_t> eog_ids;
-
-  mutable std::mutex mu;
-  std::condition_variable wake;
-  std::deque<std::unique_ptr<Request>> waiting;   // guarded by mu
-  bool stopping = false, finish_running = false;  // guarded by mu
-  BatchEngineMetrics counters;                    // guarded by mu
-
-  std::vector<std::unique_ptr<Request>> running;  // engine thread only
-  std::list<CachedPrefix> cache;                  // engine thread only, most recent first
-  std::vector<float> biased;                      // engine thread only
-  std::thread thread;
-
-  Impl(Session& s, const Tokenizer& t, const Params& p)
-      : session(s), tokenizer(t), params(p), n_vocab(s.model().config().n_vocab), n_ctx(s.n_ctx()) {
-    for (int32_t id = 0; id < tokenizer.n_vocab(); ++id)
-      if (tokenizer.is_eog(id)) eog_ids.push_back(id);
-  }
-
-  int32_t chunk() const { return params.prefill_chunk > 0 ? std::min(params.prefill_chunk, session.n_batch()) : session.n_batch(); }
-  size_t cache_capacity() const { return size_t(std::max(2 * params.n_parallel, 4)); }
-
-  void loop();
-  void admit(std::unique_ptr<Request> r);
-  void step();
-  std::span<const float> adjusted(const Request& r, std::span<const float> logits);
-  void sample(Request& r, std::span<const float> logits);
-  bool emit(Request& r, int32_t token, int32_t position);
-  int32_t draft(Request& r, int32_t room);
-  void verify(Request& r, std::span<const float> rows, double step_ms);
-  void start_drafting(Request& r);
-  void send(Request& r, bool last);
-  void finish(size_t i, FinishReason why, const std::string& error = {});
-  void refresh_kv_counters();
-};
 
 void BatchEngine::Impl::loop() {
   while (true) {
@@ -336,60 +230,6 @@ bool BatchEngine::Impl::emit(Request& r, int32_t token, int32_t position) {
   return true;
 }
 
-void BatchEngine::Impl::start_drafting(Request& r) {
-  const SpeculativeParams spec = r.req.speculative.value_or(params.spec);
-  if (params.spec_type == SpecType::none || spec.draft_max < 1) return;
-  validate(spec);
-  if (params.spec_type == SpecType::ngram) r.drafter = make_ngram_drafter(spec.ngram_n);
-  else r.drafter = make_model_drafter(*params.draft_session, r.req.sampling, spec.draft_p_min, /*own_sequence=*/true);
-  r.controller = std::make_unique<SpecController>(spec);
-  r.draft_min = std::max(1, spec.draft_min);
-}
-
-// Appends this step's drafts to r.step (at most `room`, what the batch has left); the
-// number asked for.
-int32_t BatchEngine::Impl::draft(Request& r, int32_t room) {
-  room = std::min(room, n_ctx - session.n_past(r.seq) - 1);
-  if (r.req.max_tokens >= 0) room = std::min(room, r.req.max_tokens - int32_t(r.generated.size()) - 1);
-  r.requested = room > 0 ? r.controller->choose(room) : 0;
-  r.draft.clear();
-  if (r.requested == 0) return 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  r.drafter->draft(r.history, r.requested, r.req.sampling.temperature > 0, r.draft);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  r.controller->drafted(r.requested, int32_t(r.draft.tokens.size()), r.draft.n_steps, ms);
-  if (int32_t(r.draft.tokens.size()) < r.draft_min) r.draft.clear();
-  r.step.insert(r.step.end(), r.draft.tokens.begin(), r.draft.tokens.end());
-  return r.requested;
-}
-
-// Row i of `rows` judges draft i (the last row gives the token after a fully accepted
-// draft); the sequence then keeps the pending token and the accepted drafts.
-void BatchEngine::Impl::verify(Request& r, std::span<const float> rows, double step_ms) {
-  const int32_t m = int32_t(r.draft.tokens.size());
-  const int32_t base = session.n_past(r.seq) - (m + 1);
-  int32_t accepted = 0;
-  bool last_is_draft = false;
-  for (int32_t i = 0; i <= m; ++i) {
-    const std::span<const float> row = adjusted(r, rows.subspan(size_t(i) * size_t(n_vocab), size_t(n_vocab)));
-    const int32_t t = i < m ? r.sampler.verify(row, r.draft.tokens[size_t(i)],
-                                               r.draft.q.empty() ? std::span<const TokenProb>() : r.draft.q[size_t(i)])
-                            : r.sampler.sample(row);
-    const bool go_on = emit(r, t, base + 1 + i);
-    if (i < m && t == r.draft.tokens[size_t(i)]) {
-      ++accepted;
-      if (go_on) continue;
-      last_is_draft = true;
-    }
-    break;
-  }
-  session.truncate_sequence(r.seq, base + 1 + accepted - (last_is_draft ? 1 : 0));
-  r.controller->verified(m + 1, step_ms, r.requested, accepted);
-  std::lock_guard lock(mu);
-  counters.draft_tokens_total += uint64_t(m);
-  counters.draft_accepted_total += uint64_t(accepted);
-}
-
 // Sends the text that can no longer become a stop string (all of it when last).
 void BatchEngine::Impl::send(Request& r, bool last) {
   const size_t n = last ? r.pending.size() : r.pending.size() - held_back(r.pending, r.req.stop);
@@ -486,7 +326,7 @@ std::shared_ptr<CompletionStream> BatchEngine::submit(CompletionRequest request)
     if (id < 0 || id >= s.n_vocab)
       throw UsageError("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary");
   validate(request.sampling);
-  auto stream = std::make_shared<Stream>();
+  auto stream = std::make_shared<batch_engine_detail::Stream>();
   auto r = std::make_unique<Impl::Request>(std::move(request), stream, s.n_vocab, s.tokenizer);
   {
     std::lock_guard lock(s.mu);
