@@ -20,19 +20,24 @@ namespace {
 
 // ------------------------------------------------------------------ sampling
 
+// Temperature and top-k only (top-p and min-p off), seeded.
+SamplerParams plain_sampling(float temperature, int32_t top_k, uint64_t seed) {
+  SamplerParams sp;
+  sp.temperature = temperature;
+  sp.top_k = top_k;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.seed = seed;
+  return sp;
+}
+
 TEST(SpecSampling, VerifyDrawsFromTheTargetDistributionWhateverTheDraft) {
   // Logits over 12 tokens; q a different distribution over an overlapping set (some of
   // p's tokens have q = 0, some of q's have p = 0 after top-k): the output must follow p.
   const int32_t n_vocab = 12;
   std::vector<float> logits(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) logits[size_t(i)] = float(std::sin(1.7 * i) * 2.0);
-  SamplerParams sp;
-  sp.temperature = 0.9f;
-  sp.top_k = 8;
-  sp.top_p = 1.0f;
-  sp.min_p = 0.0f;
-  sp.seed = 5;
-  Sampler target(sp, n_vocab);
+  Sampler target(plain_sampling(0.9f, 8, 5), n_vocab);
   std::vector<double> p(n_vocab, 0.0);
   for (const TokenProb& t : target.candidates(logits)) p[size_t(t.id)] = t.p;
   std::vector<TokenProb> q;
@@ -64,13 +69,7 @@ TEST(SpecSampling, PointMassDraftsKeepTheTargetDistribution) {
   // n-gram drafts carry no q: a point mass, kept with probability p(token).
   const int32_t n_vocab = 6;
   const std::vector<float> logits = {1.0f, 0.5f, -0.2f, 2.0f, 0.0f, -1.0f};
-  SamplerParams sp;
-  sp.temperature = 1.0f;
-  sp.top_k = 0;
-  sp.top_p = 1.0f;
-  sp.min_p = 0.0f;
-  sp.seed = 3;
-  Sampler target(sp, n_vocab);
+  Sampler target(plain_sampling(1.0f, 0, 3), n_vocab);
   std::vector<double> expected(n_vocab, 0.0), observed(n_vocab, 0.0);
   const int n = 100000;
   for (const TokenProb& t : target.candidates(logits)) expected[size_t(t.id)] = t.p * n;
