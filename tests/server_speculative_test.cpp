@@ -181,7 +181,7 @@ TEST(ServeSpec, DraftedGreedyTextsAreThePlainServersTexts) {
     }
   }
   for (const std::vector<std::string>& flags :
-       {std::vector<std::string>{"-md", test::stories_path("Q4_0"), "--draft-max", "6"},
+       {std::vector<std::string>{"-md", test::stories_path("Q4_0"), "--draft-max", "6", "--no-spec-adaptive"},
         std::vector<std::string>{"--spec-type", "ngram", "--no-spec-adaptive"}}) {
     SCOPED_TRACE(flags[0]);
     std::vector<std::string> args = {"-np", "8"};
