@@ -55,6 +55,7 @@ struct Case {
 const Case kCases[] = {
     {"qwen2-tiny", "qwen2-tiny", "qwen2", "tokenizers/qwen3-hf/tokenizer.json", true},
     {"qwen3-tiny", "qwen3-tiny", "qwen3", "tokenizers/qwen3-hf/tokenizer.json", true},
+    {"qwen3moe-tiny", "qwen3moe-tiny", "qwen3moe", "tokenizers/qwen3-hf/tokenizer.json", true},
     {"llama3-tiny", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", false},
     {"llama3-tiny-tied", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", true},
     {"mistral-tiny", "mistral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
@@ -319,6 +320,8 @@ TEST(Families, InfoNamesTheFamilyItsPartsAndIgnoredKeys) {
         "ignored:      phi3.attention.sliding_window (metadata kiln's phi3 does not read)"},
        true},
       {reference_model(case_named("mistral-tiny")).path, {"architecture: llama", "sliding win:  48 on every layer"}, false},
+      {reference_model(case_named("qwen3moe-tiny")).path,
+       {"architecture: qwen3moe", "mixture of 8 experts (2 used per token, width 48, weights renormalized)"}, false},
       {reference_model(case_named("phi3-128k-tiny-long")).path,
        {"context:      2048 (trained)",
         "scaling none, attn factor 1.1726, frequency factors from rope_factors_short.weight (LongRoPE; "
@@ -335,6 +338,24 @@ TEST(Families, InfoNamesTheFamilyItsPartsAndIgnoredKeys) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const std::string& s : w.fragments) EXPECT_NE(r.out.find(s), std::string::npos) << s << " in\n" << r.out;
     EXPECT_EQ(r.out.find("ignored:") != std::string::npos, w.ignored) << r.out;
+  }
+}
+
+// Expert counts the tensors do not bear out, or a used count past the experts: one line
+// naming the key (or the tensor and the shape the metadata implies), exit 1.
+TEST(Families, BadExpertMetadataIsOneLine) {
+  const Case& moe = case_named("qwen3moe-tiny");
+  const std::vector<std::pair<std::string, std::pair<kiln::gguf::Value, std::string>>> cases = {
+      {"qwen3moe.expert_used_count", {kiln::gguf::Value::of_u32(9), "qwen3moe.expert_used_count is 9, expected 1 to"}},
+      {"qwen3moe.expert_used_count", {kiln::gguf::Value::of_u32(0), "qwen3moe.expert_used_count is 0"}},
+      {"qwen3moe.expert_count", {kiln::gguf::Value::of_u32(16), "ffn_gate_inp.weight' has shape"}},
+      {"qwen3moe.expert_count", {kiln::gguf::Value::of_u32(1u << 20), "qwen3moe.expert_count is 1048576"}},
+      {"qwen3moe.expert_feed_forward_length", {kiln::gguf::Value::of_u32(64), "ffn_gate_exps.weight' has shape"}},
+  };
+  for (const auto& [key, v] : cases) {
+    SCOPED_TRACE(key + " -> " + v.second);
+    const auto r = run_command(shell_quote(kiln_binary()) + " run " + shell_quote(with_key(moe, key, v.first)) + " hi -n 1");
+    expect_one_line_error(r, 1, v.second);
   }
 }
 

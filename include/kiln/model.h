@@ -45,6 +45,12 @@ struct LayerWeights {
   WeightView w_down;             // [dim][ffn]
   WeightView b_down;             // [dim]
   WeightView ffn_post_norm;      // [dim]: norms the FFN output before the residual (Gemma 2/3)
+  // Mixture of experts (ModelConfig::n_experts > 0) instead of w_gate/w_up/w_down: the
+  // router [n_experts][dim], and each expert's matrices as views into the file's 3-D
+  // ffn_{gate,up,down}_exps tensors ([expert_ffn][dim], [dim][expert_ffn]). Experts stay
+  // in the file mapping: a token reads only the rows of the experts it is routed to.
+  WeightView ffn_gate_inp;
+  std::vector<WeightView> gate_exps, up_exps, down_exps;
 };
 
 // What varies between families, as data the one forward pass reads.
@@ -96,6 +102,12 @@ struct ModelConfig {
   // attention.sliding_window_pattern (which layers slide). Empty: no windows.
   std::vector<uint32_t> swa_window;
   uint32_t n_vocab = 0;
+  // Mixture of experts: expert_count experts of expert_feed_forward_length each, of which
+  // expert_used_count run per token, chosen by the router's top scores; their outputs are
+  // summed weighted by the softmax of the router logits, renormalized over the chosen
+  // ones (Qwen3-MoE, Mixtral) unless expert_weights_norm says otherwise. 0: dense.
+  uint32_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0;
+  bool expert_weights_norm = true;
   // <arch>.* metadata keys the architecture file never read (kiln info lists them): what
   // a file says that kiln does not act on.
   std::vector<std::string> ignored_keys;

@@ -103,7 +103,11 @@ int info(InfoOptions& o) {
   }
   if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
   else std::printf("rms eps:      %g\n", c.rms_eps);
-  std::printf("ffn:          %s\n", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
+  std::printf("ffn:          %s", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
+  if (c.n_experts > 0)
+    std::printf(", mixture of %u experts (%u used per token, width %u%s)", c.n_experts, c.n_experts_used,
+                c.expert_ffn_dim, c.expert_weights_norm ? ", weights renormalized" : "");
+  std::printf("\n");
   if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
   // What sets the family apart from a plain Llama block, as the loader found it.
   std::vector<std::string> parts;

@@ -50,6 +50,7 @@ void load_llama(Model& model);
 void load_mpt(Model& model);
 void load_qwen2(Model& model);
 void load_qwen3(Model& model);
+void load_qwen3moe(Model& model);
 void load_gemma(Model& model);
 void load_gemma2(Model& model);
 void load_gemma3(Model& model);
@@ -79,7 +80,11 @@ struct BlockOptions {
   bool qk_norm = false;        // attn_q_norm / attn_k_norm, [head_dim]: RMSNorm per head
   bool post_norms = false;     // post_attention_norm / post_ffw_norm on each sublayer's output
   bool fused_gate_up = false;  // ffn_up holds the gate's rows then the up rows; no ffn_gate
+  bool experts = false;        // ffn_gate_inp and ffn_{gate,up,down}_exps instead of the dense FFN
 };
+// <prefix>expert_count, expert_used_count, expert_feed_forward_length (default: the FFN
+// width) and expert_weights_norm into `c`; checked (used within count, count bounded).
+void read_expert_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
 void read_blocks(Model& model, const BlockOptions& options);
 // The Gemma family's common part (src/families/gemma.cpp): shape and RoPE (halves), embeddings
 // scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.

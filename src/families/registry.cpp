@@ -7,6 +7,7 @@ constexpr Architecture kArchitectures[] = {
     {"llama", load_llama},
     {"qwen2", load_qwen2},
     {"qwen3", load_qwen3},
+    {"qwen3moe", load_qwen3moe},
     {"gemma", load_gemma},
     {"gemma2", load_gemma2},
     {"gemma3", load_gemma3},

@@ -38,6 +38,47 @@ void read_embeddings(Model& model, bool always_tied) {
   if (!model.output) model.output = model.token_embd;
 }
 
+void read_expert_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c) {
+  const std::string count_key = prefix + "expert_count", used_key = prefix + "expert_used_count";
+  c.n_experts = f.get_u32(count_key);
+  c.n_experts_used = f.get_u32(used_key);
+  // Tens of thousands of experts would be no model anyone ships; the bound keeps the
+  // per-token routing buffers small.
+  if (c.n_experts < 1 || c.n_experts > 4096)
+    throw Error(f.path() + ": " + count_key + " is " + std::to_string(c.n_experts) + ", expected 1 to 4096");
+  if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts)
+    throw Error(f.path() + ": " + used_key + " is " + std::to_string(c.n_experts_used) + ", expected 1 to " + count_key +
+                " (" + std::to_string(c.n_experts) + ")");
+  c.expert_ffn_dim = f.get_u32(prefix + "expert_feed_forward_length", c.ffn_dim);
+  if (c.expert_ffn_dim < 1) throw Error(f.path() + ": " + prefix + "expert_feed_forward_length is 0");
+  c.expert_weights_norm = f.get_bool(prefix + "expert_weights_norm", true);
+}
+
+namespace {
+
+// One view per expert into a 3-D [n_experts][rows][cols] tensor: expert e's matrix is the
+// e-th slab of rows.
+std::vector<WeightView> expert_views(const Model& model, const std::string& name, uint64_t cols, uint64_t rows) {
+  const ModelConfig& c = model.config();
+  const WeightView all = model.weight(name, {cols, rows, c.n_experts});
+  std::vector<WeightView> out;
+  for (uint32_t e = 0; e < c.n_experts; ++e) {
+    WeightView w = row_range(all, uint64_t(e) * rows, rows);
+    out.push_back(w);
+  }
+  return out;
+}
+
+void read_layer_experts(const Model& model, const std::string& b, LayerWeights& L) {
+  const ModelConfig& c = model.config();
+  L.ffn_gate_inp = model.weight(b + "ffn_gate_inp.weight", {c.dim, c.n_experts});
+  L.gate_exps = expert_views(model, b + "ffn_gate_exps.weight", c.dim, c.expert_ffn_dim);
+  L.up_exps = expert_views(model, b + "ffn_up_exps.weight", c.dim, c.expert_ffn_dim);
+  L.down_exps = expert_views(model, b + "ffn_down_exps.weight", c.expert_ffn_dim, c.dim);
+}
+
+}  // namespace
+
 void read_blocks(Model& model, const BlockOptions& o) {
   const ModelConfig& c = model.config();
   const uint64_t dim = c.dim, q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim,
@@ -76,7 +117,9 @@ void read_blocks(Model& model, const BlockOptions& o) {
     L.bo = optional(b + "attn_output.bias", {dim});
     if (o.post_norms) L.attn_post_norm = model.weight(b + "post_attention_norm.weight", {dim});
     L.ffn_norm = model.weight(b + "ffn_norm.weight", {dim});
-    if (o.fused_gate_up) {
+    if (o.experts) {
+      read_layer_experts(model, b, L);
+    } else if (o.fused_gate_up) {
       // Phi-3's gate_up_proj: the gate's rows, then the up projection's.
       const WeightView up = model.weight(b + "ffn_up.weight", {dim, 2 * ffn});
       L.w_gate = row_range(up, 0, ffn);
@@ -85,7 +128,7 @@ void read_blocks(Model& model, const BlockOptions& o) {
       L.w_gate = model.weight(b + "ffn_gate.weight", {dim, ffn});
       L.w_up = model.weight(b + "ffn_up.weight", {dim, ffn});
     }
-    L.w_down = model.weight(b + "ffn_down.weight", {ffn, dim});
+    if (!o.experts) L.w_down = model.weight(b + "ffn_down.weight", {ffn, dim});
     if (o.post_norms) L.ffn_post_norm = model.weight(b + "post_ffw_norm.weight", {dim});
   }
 }

@@ -51,16 +51,30 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   k.resize(B * kv_dim);
   v.resize(B * kv_dim);
   att.resize(B * q_dim);
-  hb.resize(B * c.ffn_dim);
-  hb2.resize(B * c.ffn_dim);
+  const size_t ffn_max = std::max(c.ffn_dim, c.expert_ffn_dim);
+  hb.resize(B * ffn_max);
+  hb2.resize(B * ffn_max);
+  if (c.n_experts > 0) {
+    router.resize(B * c.n_experts);
+    route_expert.resize(B * c.n_experts_used);
+    route_weight.resize(B * c.n_experts_used);
+    expert_in.resize(B * c.dim);
+    expert_y.resize(B * c.dim);
+    expert_out.resize(B * c.n_experts_used * c.dim);
+    expert_rows.resize(B);
+    expert_order.resize(c.n_experts);
+  }
   size_t max_rows = m.output.rows;
   const auto size_for = [&](const WeightView& w) {
     if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
     max_rows = std::max<size_t>(max_rows, w.rows);
   };
   size_for(m.output);
-  for (const LayerWeights& L : m.layers)
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) size_for(*w);
+  for (const LayerWeights& L : m.layers) {
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp}) size_for(*w);
+    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const WeightView& w : *experts) size_for(w);
+  }
   prepared.resize(kMaxMatmuls * prepared_stride + 64);
   prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
   tasks.reserve(kMaxMatmuls * (max_rows / 16 + 1));
@@ -228,20 +242,24 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
 
     norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
-    if (c.ffn == Ffn::swiglu) {
-      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
-      for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
-    } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
-      matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
-      ops.gelu(hb.data(), hb.data(), B * ffn);
-      for (size_t i = 0; i < B * ffn; ++i) hb[i] *= hb2[i];
+    if (L.ffn_gate_inp) {
+      moe_ffn(L, B);
     } else {
-      matmul(L.w_up, xb.data(), hb.data(), B);
-      add_bias(hb.data(), L.b_up, ffn, B);
-      for (size_t b = 0; b < B; ++b) ops.gelu(&hb[b * ffn], &hb[b * ffn], ffn);
+      if (c.ffn == Ffn::swiglu) {
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        ops.gelu(hb.data(), hb.data(), B * ffn);
+        for (size_t i = 0; i < B * ffn; ++i) hb[i] *= hb2[i];
+      } else {
+        matmul(L.w_up, xb.data(), hb.data(), B);
+        add_bias(hb.data(), L.b_up, ffn, B);
+        for (size_t b = 0; b < B; ++b) ops.gelu(&hb[b * ffn], &hb[b * ffn], ffn);
+      }
+      matmul(L.w_down, hb.data(), xb.data(), B);
+      add_bias(xb.data(), L.b_down, dim, B);
     }
-    matmul(L.w_down, hb.data(), xb.data(), B);
-    add_bias(xb.data(), L.b_down, dim, B);
     if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
   }

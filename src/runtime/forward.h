@@ -62,6 +62,8 @@ class Forward {
   void embed(int32_t token, float* out);
   void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B);
   void add_bias(float* y, const WeightView& bias, size_t n, size_t B);
+  // The mixture-of-experts FFN of layer L on xb's B rows, into xb (forward_moe.cpp).
+  void moe_ffn(const LayerWeights& L, size_t B);
 
   const Model& model;
   const ModelConfig& c;
@@ -85,6 +87,16 @@ class Forward {
   std::vector<float> att;  // [B][n_heads * head_dim]  attention output before Wo
   std::vector<float> hb;   // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
   std::vector<float> hb2;  // [B][ffn_dim] up
+  // Mixture of experts: router scores, each token's chosen experts and weights (in the
+  // order they are summed), one expert's gathered input and output rows, and every
+  // token's expert outputs before the weighted sum.
+  std::vector<float> router;           // [B][n_experts]
+  std::vector<int32_t> route_expert;   // [B][n_experts_used]
+  std::vector<float> route_weight;     // [B][n_experts_used]
+  std::vector<float> expert_in, expert_y;  // [B][dim]
+  std::vector<float> expert_out;       // [B][n_experts_used][dim]
+  std::vector<uint32_t> expert_rows;   // [B]: the batch rows routed to the expert at hand
+  std::vector<int32_t> expert_order;   // [n_experts]: ranking scratch
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
   // once per weight type and shared by the matmuls that read it.

@@ -41,6 +41,11 @@ const ModelShape kShapes[] = {
     // Qwen3: per-head Q/K RMSNorm, heads x head size (4 x 32) wider than dim.
     {.name = "qwen3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
+    // Qwen3-30B-A3B's layout (128 experts, 8 used, expert width 768 of a 2048 model)
+    // scaled down: 8 experts, 2 used, width 48.
+    {.name = "qwen3moe-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 32, .n_experts = 8, .n_experts_used = 2,
+     .expert_ffn_dim = 48},
     // Llama 3.1: base 500000, rope_freqs.weight (kiln-gen --tied for Llama 3.2's tied
     // output). The factors are computed for an original context of 64 instead of 8192, so
     // that they act on pairs that turn noticeably within a short prompt.
@@ -75,7 +80,7 @@ const ModelShape kShapes[] = {
 
 bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
 bool rope_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" || is_gemma(arch);
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "phi3" || is_gemma(arch);
 }
 uint32_t head_dim_of(const ModelShape& s) { return s.head_dim ? s.head_dim : s.dim / s.n_heads; }
 
@@ -180,6 +185,9 @@ void check_shape(const ModelShape& s) {
   if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
   if (s.longrope_orig_ctx && s.arch != "phi3") bad("LongRoPE is for phi3 shapes");
   if (s.longrope_orig_ctx && s.n_ctx <= s.longrope_orig_ctx) bad("LongRoPE's original context must be below context_length");
+  if ((s.arch == "qwen3moe") != (s.n_experts > 0)) bad("experts are for qwen3moe shapes, and qwen3moe needs them");
+  if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts || !s.expert_ffn_dim))
+    bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
 
 }  // namespace
@@ -221,6 +229,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   w.set(a + "feed_forward_length", Value::of_u32(s.ffn_dim));
   w.set(a + "attention.head_count", Value::of_u32(s.n_heads));
   w.set(a + "attention.head_count_kv", Value::of_u32(s.n_kv_heads));
+  if (s.n_experts) {
+    w.set(a + "expert_count", Value::of_u32(s.n_experts));
+    w.set(a + "expert_used_count", Value::of_u32(s.n_experts_used));
+    w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));
+  }
   if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
@@ -261,6 +274,13 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
                  random_tensor(o.type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
                                stream_seed(o.seed, name)));
   };
+  // [n_experts][rows][cols], as the converter stacks the experts' matrices.
+  auto experts = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    const bool writes_residual = name.ends_with("ffn_down_exps.weight");
+    w.add_tensor(name, o.type, {cols, rows, s.n_experts},
+                 random_tensor(o.type, rows * cols * s.n_experts, 0.0, writes_residual ? residual_half_width : half_width,
+                               stream_seed(o.seed, name)));
+  };
   auto norm = [&](const std::string& name, uint64_t n = 0) {
     n = n ? n : s.dim;
     w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
@@ -273,7 +293,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
                  kv_dim = uint64_t(s.n_kv_heads) * head_dim, ffn = s.ffn_dim;
   const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3";
-  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
   norm("output_norm.weight");
   if (mpt) bias("output_norm.bias", dim);
@@ -325,6 +345,13 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     matrix(b + "attn_output.weight", dim, q_dim);
     if (post_norms) norm(b + "post_attention_norm.weight");
     norm(b + "ffn_norm.weight");
+    if (s.n_experts) {
+      matrix(b + "ffn_gate_inp.weight", s.n_experts, dim);
+      experts(b + "ffn_gate_exps.weight", s.expert_ffn_dim, dim);
+      experts(b + "ffn_up_exps.weight", s.expert_ffn_dim, dim);
+      experts(b + "ffn_down_exps.weight", dim, s.expert_ffn_dim);
+      continue;
+    }
     if (phi3) {
       matrix(b + "ffn_up.weight", 2 * ffn, dim);  // gate rows, then up rows
     } else {

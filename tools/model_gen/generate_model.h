@@ -51,6 +51,10 @@ struct ModelShape {
   // rope_factors_short/long.weight and rope.scaling.attn_factor
   // sqrt(1 + ln(context_length / original) / ln(original)).
   uint32_t longrope_orig_ctx = 0;
+  // Mixture of experts (qwen3moe): expert_count, expert_used_count and
+  // expert_feed_forward_length; each block's FFN is ffn_gate_inp and the 3-D
+  // ffn_{gate,up,down}_exps instead of the dense matrices. 0: dense.
+  uint32_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",
