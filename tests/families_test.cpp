@@ -59,6 +59,7 @@ const Case kCases[] = {
     {"llama3-tiny", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", false},
     {"llama3-tiny-tied", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", true},
     {"mistral-tiny", "mistral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
+    {"mixtral-tiny", "mixtral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
     {"gemma-tiny", "gemma-tiny", "gemma", "vocab/ggml-vocab-llama-spm.gguf", true},
     {"gemma2-tiny", "gemma2-tiny", "gemma2", "vocab/ggml-vocab-llama-spm.gguf", true},
     {"gemma3-tiny", "gemma3-tiny", "gemma3", "tokenizers/gemma3-hf/tokenizer.json", true},

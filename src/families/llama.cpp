@@ -3,7 +3,9 @@
 // RMSNorm -> SwiGLU FFN -> residual. Llama 3.1's long-context frequencies come as the
 // rope_freqs.weight tensor (read with the RoPE scaling keys); a Mistral's window as
 // attention.sliding_window. The classifier is tied to token_embd when output.weight is
-// absent (Llama 3.2 1B/3B).
+// absent (Llama 3.2 1B/3B). Mixtral is a llama file with <arch>.expert_count: every
+// block's FFN is then a mixture of SwiGLU experts (top expert_used_count of the router's
+// softmax, renormalized).
 #include "families/architecture.h"
 
 namespace kiln {
@@ -15,8 +17,10 @@ void load_llama(Model& model) {
   read_rope_attention(model.file(), p, c);
   read_sliding_window(model.file(), p, c);
   c.rope_neox = false;  // GGUF llama files store Q/K permuted for adjacent-pair rotation
+  const bool experts = model.file().has(p + "expert_count");
+  if (experts) read_expert_shape(model.file(), p, c);
   read_embeddings(model);
-  read_blocks(model, {});
+  read_blocks(model, {.experts = experts});
 }
 
 }  // namespace kiln

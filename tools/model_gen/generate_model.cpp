@@ -43,6 +43,9 @@ const ModelShape kShapes[] = {
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
     // Qwen3-30B-A3B's layout (128 experts, 8 used, expert width 768 of a 2048 model)
     // scaled down: 8 experts, 2 used, width 48.
+    // Mixtral 8x7B's layout (a llama file with 8 experts, 2 used) at the tiny width.
+    {.name = "mixtral-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-5f, .arch = "llama", .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 160},
     {.name = "qwen3moe-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 32, .n_experts = 8, .n_experts_used = 2,
      .expert_ffn_dim = 48},
@@ -185,7 +188,8 @@ void check_shape(const ModelShape& s) {
   if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
   if (s.longrope_orig_ctx && s.arch != "phi3") bad("LongRoPE is for phi3 shapes");
   if (s.longrope_orig_ctx && s.n_ctx <= s.longrope_orig_ctx) bad("LongRoPE's original context must be below context_length");
-  if ((s.arch == "qwen3moe") != (s.n_experts > 0)) bad("experts are for qwen3moe shapes, and qwen3moe needs them");
+  if (s.arch == "qwen3moe" && !s.n_experts) bad("qwen3moe needs experts");
+  if (s.n_experts && s.arch != "qwen3moe" && s.arch != "llama") bad("experts are for qwen3moe and llama (Mixtral) shapes");
   if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts || !s.expert_ffn_dim))
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
@@ -232,7 +236,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   if (s.n_experts) {
     w.set(a + "expert_count", Value::of_u32(s.n_experts));
     w.set(a + "expert_used_count", Value::of_u32(s.n_experts_used));
-    w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));
+    if (s.arch != "llama") w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));  // Mixtral: feed_forward_length
   }
   if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
