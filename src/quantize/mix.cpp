@@ -272,7 +272,7 @@ std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
   return order;
 }
 
-// The legacy presets: every 2-D tensor whose rows are whole blocks gets the base type
+// The legacy presets: every 2-D (and 3-D expert) tensor whose rows are whole blocks gets the base type
 // (llama-quantize would refuse the others; kiln keeps their type), except the output
 // projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes.
 std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDesc>& tensors) {
@@ -282,7 +282,9 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDe
   std::vector<TypeChoice> out;
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
-    if (t.dims.size() != 2) {
+    // 3-D: a mixture of experts' stacked matrices (rows of every expert, one after the
+    // other). The router (ffn_gate_inp) stays as it is, as llama-quantize keeps it.
+    if ((t.dims.size() != 2 && t.dims.size() != 3) || t.name.ends_with("ffn_gate_inp.weight")) {
       out.push_back(plain(t.type));
     } else if (t.dims[0] % block_size(p.base_type) != 0) {
       out.push_back({t.type, true,
