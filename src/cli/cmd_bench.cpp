@@ -120,11 +120,20 @@ std::string size_label(uint64_t n_params) {
 // The weight bytes one generated token reads: every tensor once, except the token
 // embedding table, of which it reads one row, unless the output projection is that same
 // table (tied), which reads all of it. A large vocabulary's table can be most of a small
-// model: counting all of it would overstate the bandwidth several times over.
+// model: counting all of it would overstate the bandwidth several times over. Of a
+// mixture of experts, a token reads its n_experts_used experts of each block's n_experts.
 uint64_t bytes_read_per_token(const Model& model) {
+  const ModelConfig& c = model.config();
+  uint64_t bytes = model.weight_bytes();
   const WeightView& embd = model.token_embd;
-  if (!embd.info || model.output.info == embd.info) return model.weight_bytes();
-  return model.weight_bytes() - embd.info->n_bytes + embd.row_bytes;
+  if (embd.info && model.output.info != embd.info) bytes = bytes - embd.info->n_bytes + embd.row_bytes;
+  for (const LayerWeights& L : model.layers)
+    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      if (!experts->empty()) {
+        const uint64_t all = experts->front().info->n_bytes;
+        bytes = bytes - all + all / c.n_experts * c.n_experts_used;
+      }
+  return bytes;
 }
 
 int bench(BenchOptions& o) {

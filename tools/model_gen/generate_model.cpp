@@ -46,6 +46,11 @@ const ModelShape kShapes[] = {
     // Mixtral 8x7B's layout (a llama file with 8 experts, 2 used) at the tiny width.
     {.name = "mixtral-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-5f, .arch = "llama", .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 160},
+    // Qwen3-30B-A3B's layout at ~1.3B weights with about its share of them active per
+    // token: 128 experts, 8 used (6% of the expert weights), head size 128, GQA 16:4.
+    {.name = "qwen3moe-1.3b-a0.16b", .dim = 1024, .n_layers = 12, .n_heads = 16, .n_kv_heads = 4, .ffn_dim = 3072,
+     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 128, .n_experts = 128,
+     .n_experts_used = 8, .expert_ffn_dim = 256},
     {.name = "qwen3moe-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 32, .n_experts = 8, .n_experts_used = 2,
      .expert_ffn_dim = 48},
