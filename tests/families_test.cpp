@@ -77,14 +77,7 @@ std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_
 
 // Exactly what tests/data/families/README.md's kiln-gen command lines write.
 kiln::gen::GenerateOptions reference_options(const Case& c) {
-  kiln::gen::GenerateOptions o;
-  o.shape = *kiln::gen::find_shape(c.shape);
-  o.type = kiln::TensorType::F32;
-  o.seed = 7;
-  o.weight_std = 0.1;
-  o.norm_jitter = 0.3;
-  o.tie_output = c.tied;
-  return o;
+  return kiln::gen::peaky_options(c.shape, 7, c.tied);
 }
 
 // As kiln-gen --vocab-from does with the case's vocabulary file (a tokenizer.json is read

@@ -148,12 +148,7 @@ TEST(KvLayoutsAgree, ShiftEvictAndScoresGiveTheSameBits) {
 // (qwen3) and ALiBi with no RoPE to turn back (mpt); the same edits as above.
 TEST(KvLayoutsAgree, FamiliesShiftAndEvictTheSame) {
   for (const char* shape : {"qwen3-tiny", "mpt-tiny"}) {
-    gen::GenerateOptions o;
-    o.shape = *gen::find_shape(shape);
-    o.type = TensorType::F32;
-    o.seed = 7;
-    o.weight_std = 0.1;
-    o.norm_jitter = 0.3;
+    const gen::GenerateOptions o = gen::peaky_options(shape, 7);
     const std::string path = test::temp_dir() + "/" + shape + ".gguf";
     gen::build_model(o, *gguf::File::open(test::shared_path("models/stories260K.gguf"))).write(path);
     const auto model = Model::load(path);

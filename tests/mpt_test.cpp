@@ -43,14 +43,8 @@ const Case kCases[] = {{"mpt-tiny", false}, {"mpt-tiny-qkln", true}};
 
 // Exactly what tests/data/mpt/README.md's kiln-gen command lines write.
 kiln::gen::GenerateOptions reference_options(bool qk_norm = false) {
-  kiln::gen::GenerateOptions o;
-  o.shape = *kiln::gen::find_shape("mpt-tiny");
+  kiln::gen::GenerateOptions o = kiln::gen::peaky_options("mpt-tiny", 5, /*tie_output=*/true);
   o.shape.qk_norm = qk_norm;
-  o.type = kiln::TensorType::F32;
-  o.seed = 5;
-  o.weight_std = 0.1;
-  o.norm_jitter = 0.3;
-  o.tie_output = true;
   return o;
 }
 

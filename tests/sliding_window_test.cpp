@@ -93,13 +93,8 @@ std::string write_model(const std::string& name, gen::GenerateOptions o,
 }
 
 gen::GenerateOptions tiny(const std::string& shape, uint32_t layers) {
-  gen::GenerateOptions o;
-  o.shape = *gen::find_shape(shape);
+  gen::GenerateOptions o = gen::peaky_options(shape, 7);
   o.shape.n_layers = layers;
-  o.type = TensorType::F32;
-  o.seed = 7;
-  o.weight_std = 0.1;
-  o.norm_jitter = 0.3;
   return o;
 }
 

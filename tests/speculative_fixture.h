@@ -105,13 +105,7 @@ inline const FamilyPair& family(const std::string& shape) {
   static std::map<std::string, FamilyPair> pairs;
   FamilyPair& p = pairs[shape];
   if (p.target) return p;
-  gen::GenerateOptions o;
-  o.shape = *gen::find_shape(shape);
-  o.type = TensorType::F32;
-  o.seed = 11;
-  o.weight_std = 0.1;
-  o.norm_jitter = 0.3;
-  o.tie_output = true;
+  const gen::GenerateOptions o = gen::peaky_options(shape, 11, /*tie_output=*/true);
   const std::unique_ptr<gguf::File> vocab = gguf::File::open(shared_path("models/stories260K.gguf"));
   const std::vector<uint8_t> bytes = gen::build_model(o, *vocab).to_bytes();
   const std::string f32 = temp_dir() + "/" + shape + ".gguf", q4 = temp_dir() + "/" + shape + "-q4_0.gguf";

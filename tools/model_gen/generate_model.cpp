@@ -375,6 +375,19 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
 
 }  // namespace
 
+GenerateOptions peaky_options(const std::string& shape, uint64_t seed, bool tie_output) {
+  const std::optional<ModelShape> s = find_shape(shape);
+  if (!s) throw Error("unknown model shape '" + shape + "'");
+  GenerateOptions o;
+  o.shape = *s;
+  o.type = TensorType::F32;
+  o.seed = seed;
+  o.weight_std = 0.1;
+  o.norm_jitter = 0.3;
+  o.tie_output = tie_output;
+  return o;
+}
+
 gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
   const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->size() == 0)

@@ -81,6 +81,11 @@ struct GenerateOptions {
   bool tie_output = false;  // omit output.weight (the runtime then reuses token_embd); Gemma always does
 };
 
+// What the family tests build on: a named shape with F32 weights, matrices of std 0.1 and
+// norm weights 1 +- 0.3 (large enough that an error in any part moves the logits), seeded.
+// Throws kiln::Error for an unknown shape.
+GenerateOptions peaky_options(const std::string& shape, uint64_t seed, bool tie_output = false);
+
 // Builds the file in memory: <arch>.* hyperparameters from the shape, every tokenizer.*
 // key copied from `vocab` (whose token list fixes n_vocab), random weights. Each tensor
 // gets its own stream derived from (seed, tensor name), so a tensor's values do not
