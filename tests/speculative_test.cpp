@@ -128,7 +128,7 @@ TEST(GreedySpec, TheTargetAsItsOwnDraftKeepsEveryDraft) {
 // A greedy generator over stories260K, its Q4_0 copy as the draft when `speculative`.
 struct SpecRig {
   Session session, draft_session;
-  Sampler sampler{greedy(), stories().config().n_vocab};
+  Sampler sampler{greedy(), int32_t(stories().config().n_vocab)};
   Generator generator{session, stories().tokenizer(), sampler};
   std::unique_ptr<Drafter> drafter;
   SpecRig(int32_t n_ctx, bool speculative, int32_t draft_max)
