@@ -127,6 +127,15 @@ void RawGguf::erase_tensor(const std::string& name) {
   std::erase_if(tensors, [&](const Tensor& t) { return t.name == name; });
 }
 
+void RawGguf::add_f32_tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t seed) {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  while (data.size() % alignment) data.push_back(0);
+  const std::vector<uint8_t> bytes = f32_tensor(n, seed, dims.size() == 1);
+  tensors.push_back({name, std::move(dims), uint32_t(TensorType::F32), data.size()});
+  data.insert(data.end(), bytes.begin(), bytes.end());
+}
+
 RawGguf base_model(const gguf::File& vocab) {
   RawGguf g;
   g.set("general.architecture", Value::of_string("llama"));
@@ -144,14 +153,7 @@ RawGguf base_model(const gguf::File& vocab) {
   const uint64_t n_vocab = vocab.get_string_array("tokenizer.ggml.tokens").size();
 
   uint32_t seed = 0;
-  const auto add = [&](const std::string& name, std::vector<uint64_t> dims) {
-    uint64_t n = 1;
-    for (uint64_t d : dims) n *= d;
-    while (g.data.size() % g.alignment) g.data.push_back(0);
-    const std::vector<uint8_t> bytes = f32_tensor(n, ++seed, dims.size() == 1);
-    g.tensors.push_back({name, std::move(dims), uint32_t(TensorType::F32), g.data.size()});
-    g.data.insert(g.data.end(), bytes.begin(), bytes.end());
-  };
+  const auto add = [&](const std::string& name, std::vector<uint64_t> dims) { g.add_f32_tensor(name, std::move(dims), ++seed); };
   add("token_embd.weight", {8, n_vocab});
   add("output_norm.weight", {8});
   add("output.weight", {8, n_vocab});
@@ -164,6 +166,18 @@ RawGguf base_model(const gguf::File& vocab) {
   add("blk.0.ffn_gate.weight", {8, 16});
   add("blk.0.ffn_up.weight", {8, 16});
   add("blk.0.ffn_down.weight", {16, 8});
+  return g;
+}
+
+RawGguf moe_model(const gguf::File& vocab) {
+  RawGguf g = base_model(vocab);
+  g.set("llama.expert_count", Value::of_u32(4));
+  g.set("llama.expert_used_count", Value::of_u32(2));
+  for (const char* t : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) g.erase_tensor(t);
+  g.add_f32_tensor("blk.0.ffn_gate_inp.weight", {8, 4}, 101);
+  g.add_f32_tensor("blk.0.ffn_gate_exps.weight", {8, 16, 4}, 102);
+  g.add_f32_tensor("blk.0.ffn_up_exps.weight", {8, 16, 4}, 103);
+  g.add_f32_tensor("blk.0.ffn_down_exps.weight", {16, 8, 4}, 104);
   return g;
 }
 
@@ -361,6 +375,30 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   });
   edit("tokenizer-model-unknown", {"tokenizer.ggml.model 'wordpiece-9' is not supported"}, [](RawGguf& g) {
     g.set("tokenizer.ggml.model", Value::of_string("wordpiece-9"));
+  });
+
+  // Mixture of experts: counts that disagree with each other or with the tensors.
+  const RawGguf moe = moe_model(vocab);
+  const auto moe_edit = [&](std::string name, std::vector<std::string> expect, const std::function<void(RawGguf&)>& f) {
+    RawGguf g = moe;
+    f(g);
+    cases.push_back({std::move(name), g.bytes(), std::move(expect)});
+  };
+  moe_edit("expert-used-past-count", {"llama.expert_used_count is 5, expected 1 to llama.expert_count (4)"},
+           [](RawGguf& g) { g.set("llama.expert_used_count", Value::of_u32(5)); });
+  moe_edit("expert-used-zero", {"llama.expert_used_count is 0"}, [](RawGguf& g) { g.set("llama.expert_used_count", Value::of_u32(0)); });
+  moe_edit("expert-count-zero", {"llama.expert_count is 0, expected 1 to 4096"}, [](RawGguf& g) {
+    g.set("llama.expert_count", Value::of_u32(0));
+  });
+  moe_edit("expert-count-2^31", {"llama.expert_count is 2147483648"}, [](RawGguf& g) {
+    g.set("llama.expert_count", Value::of_u32(1u << 31));
+  });
+  moe_edit("expert-count-disagrees-with-router", {"tensor 'blk.0.ffn_gate_inp.weight' has shape [8, 4], expected [8, 8]"},
+           [](RawGguf& g) { g.set("llama.expert_count", Value::of_u32(8)); });
+  moe_edit("expert-tensor-2d", {"tensor 'blk.0.ffn_up_exps.weight' has shape [8, 64], expected [8, 16, 4]"},
+           [&](RawGguf& g) { tensor_at(g, "blk.0.ffn_up_exps.weight").dims = {8, 64}; });
+  moe_edit("expert-router-missing", {"missing tensor 'blk.0.ffn_gate_inp.weight'"}, [](RawGguf& g) {
+    g.erase_tensor("blk.0.ffn_gate_inp.weight");
   });
   return cases;
 }

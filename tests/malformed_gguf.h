@@ -46,6 +46,8 @@ struct RawGguf {
   void set(const std::string& key, const gguf::Value& v);  // replaces or appends
   void erase(const std::string& key);
   void erase_tensor(const std::string& name);
+  // Appends an F32 tensor of seeded values (norm weights near 1) to the data section.
+  void add_f32_tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t seed);
 };
 
 std::vector<uint8_t> encode_value(const gguf::Value& v);
@@ -53,6 +55,9 @@ std::vector<uint8_t> encode_value(const gguf::Value& v);
 // A small llama model (1 layer, dim 8, the stories260K vocabulary of 512 tokens) that
 // loads and runs; every case below starts from it.
 RawGguf base_model(const gguf::File& vocab);
+// The base model as Mixtral lays one out: llama.expert_count 4, expert_used_count 2, and
+// blk.0's FFN as ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps. It loads and runs too.
+RawGguf moe_model(const gguf::File& vocab);
 
 struct MalformedCase {
   std::string name;                 // also the file name

@@ -103,6 +103,16 @@ TEST(MalformedGgufCorpus, BaseModelLoadsAndGenerates) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+TEST(MalformedGgufCorpus, MoeBaseModelLoadsAndGenerates) {
+  const std::string path = save("moe-base", test::moe_model(vocab()).bytes());
+  auto m = Model::load(path);
+  EXPECT_EQ(m->config().n_experts, 4u);
+  EXPECT_EQ(m->config().n_experts_used, 2u);
+  const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " run " + test::shell_quote(path) +
+                                   " 'Once upon' -n 4 --temp 0 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(MalformedGgufCorpus, AtLeastThirtyDistinctCases) {
   std::set<std::string> names, contents;
   for (const MalformedCase& c : cases()) {
