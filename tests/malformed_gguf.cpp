@@ -397,6 +397,8 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
            [](RawGguf& g) { g.set("llama.expert_count", Value::of_u32(8)); });
   moe_edit("expert-tensor-2d", {"tensor 'blk.0.ffn_up_exps.weight' has shape [8, 64], expected [8, 16, 4]"},
            [&](RawGguf& g) { tensor_at(g, "blk.0.ffn_up_exps.weight").dims = {8, 64}; });
+  moe_edit("expert-width-disagrees", {"tensor 'blk.0.ffn_gate_exps.weight' has shape [8, 16, 4], expected [8, 32, 4]"},
+           [](RawGguf& g) { g.set("llama.expert_feed_forward_length", Value::of_u32(32)); });
   moe_edit("expert-router-missing", {"missing tensor 'blk.0.ffn_gate_inp.weight'"}, [](RawGguf& g) {
     g.erase_tensor("blk.0.ffn_gate_inp.weight");
   });
