@@ -92,8 +92,9 @@ INSTANTIATE_TEST_SUITE_P(Weights, ConcurrentRequests, ::testing::Values("F32", "
                          [](const auto& info) { return info.param; });
 
 // -np 2 with room for 2 waiting, 12 requests of 300 tokens at once: each is answered, 200
-// with its whole greedy text or 503 with Retry-After at once; at least the 4 that fit
-// succeed, and the server counted every refusal.
+// with its whole greedy text or 503 with Retry-After at once; at least the 2 the queue
+// holds succeed (how many more depends on how fast the engine admits requests between
+// arrivals), and the server counted every refusal.
 TEST(ServerLoad, BurstPastTheQueueIsAnswered200Or503NothingDropped) {
   ServerProcess server({"-np", "2", "--max-queue", "2", "-t", "1"});
   ASSERT_GT(server.port(), 0);
@@ -120,7 +121,7 @@ TEST(ServerLoad, BurstPastTheQueueIsAnswered200Or503NothingDropped) {
       ++refused;
     }
   }
-  EXPECT_GE(ok, 4);
+  EXPECT_GE(ok, 2);
   EXPECT_EQ(ok + refused, 12);
   std::printf("200: %d, 503: %d\n", ok, refused);
   auto m = server.client()->Get("/metrics");
