@@ -166,52 +166,62 @@ TEST_P(Stories260K, SameTypesAndBytesAsLlamaQuantize) {
 INSTANTIATE_TEST_SUITE_P(Presets, Stories260K, testing::ValuesIn(kKPresets), preset_test_name);
 
 // One model per family kiln runs besides llama, for llama-quantize-<family>.tsv: the
-// family's tiny shape (src/model/generate_model.cpp) widened to dim 256 and 16 layers so
+// family's tiny shape (tools/model_gen/generate_model.cpp) widened to dim 256 and 16 layers so
 // that every position rule fires, F16, seed 3, stories260K's vocabulary. Their heads cover
 // GQA 8, 4, 2 and 1 (Q2_K's value rule), fused QKV (phi3, mpt), tied and untied outputs,
 // head sizes other than dim / heads, and gemma2's FFN of 384 takes ffn_down's fallbacks.
+// The two mixtures of experts (expert width = ffn_dim) cover ffn_down positions taken
+// from the tensor name (qwen3moe, 4 experts) and the rules for exactly 8 experts (Mixtral),
+// which reach the legacy presets too, so their tables have all fourteen.
 struct Family {
-  const char* arch;
+  const char* name;
   const char* tiny_shape;
   uint32_t n_heads, n_kv_heads, ffn_dim;
   bool tied;
+  uint32_t n_experts = 0;
 };
 constexpr Family kFamilies[] = {
     {"qwen2", "qwen2-tiny", 4, 1, 256, false},  {"qwen3", "qwen3-tiny", 8, 4, 256, true},
     {"gemma", "gemma-tiny", 8, 1, 256, true},   {"gemma2", "gemma2-tiny", 8, 2, 384, true},
     {"gemma3", "gemma3-tiny", 8, 4, 256, true}, {"phi3", "phi3-tiny", 4, 4, 256, false},
-    {"mpt", "mpt-tiny", 4, 4, 256, true},
+    {"mpt", "mpt-tiny", 4, 4, 256, true},       {"qwen3moe", "qwen3moe-tiny", 8, 4, 256, true, 4},
+    {"mixtral", "mixtral-tiny", 4, 1, 256, false, 8},
 };
 
 Input family_model(const Family& f) {
   gen::GenerateOptions o;
   o.shape = *gen::find_shape(f.tiny_shape);
-  o.shape.name = std::string("quant-") + f.arch;
+  o.shape.name = std::string("quant-") + f.name;
   o.shape.dim = 256;
   o.shape.n_layers = 16;
   o.shape.n_heads = f.n_heads;
   o.shape.n_kv_heads = f.n_kv_heads;
   o.shape.ffn_dim = f.ffn_dim;
+  if (f.n_experts) {
+    o.shape.n_experts = f.n_experts;
+    o.shape.n_experts_used = 2;
+    o.shape.expert_ffn_dim = f.ffn_dim;
+  }
   o.type = TensorType::F16;
   o.seed = 3;
   o.tie_output = f.tied;
   auto vocab = gguf::File::open(shared_path("models/stories260K.gguf"));
   const std::vector<uint8_t> bytes = gen::build_model(o, *vocab).to_bytes();
-  Input in{temp_dir() + "/quant-" + f.arch + ".gguf", sha256_hex(bytes.data(), bytes.size())};
+  Input in{temp_dir() + "/quant-" + f.name + ".gguf", sha256_hex(bytes.data(), bytes.size())};
   write_file(in.path, std::string(bytes.begin(), bytes.end()));
   return in;
 }
 
 class Families : public testing::TestWithParam<Family> {};
-TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryKPreset) {
+TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryPreset) {
   const Family& f = GetParam();
-  const Table table = read_table(std::string("llama-quantize-") + f.arch + ".tsv");
-  ASSERT_EQ(table.presets, kKPresets);
+  const Table table = read_table(std::string("llama-quantize-") + f.name + ".tsv");
+  ASSERT_EQ(table.presets, f.n_experts ? k_and_legacy_presets() : kKPresets);
   const Input model = family_model(f);
   for (const std::string& preset : table.presets) expect_like_llama_quantize(model, table, preset);
 }
 INSTANTIATE_TEST_SUITE_P(Presets, Families, testing::ValuesIn(kFamilies),
-                         [](const testing::TestParamInfo<Family>& info) { return std::string(info.param.arch); });
+                         [](const testing::TestParamInfo<Family>& info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------- command line
 

@@ -226,9 +226,44 @@ TEST(QuantizeMix, RefusesWhatLlamaQuantizeRefuses) {
   }
   const auto tensors = llama_tensors(2, 256, 256, 256, false);
   EXPECT_THROW(choose_types(q4km, {"falcon", 2, 4, 4, 0}, tensors), Error);  // not a family kiln runs
-  EXPECT_THROW(choose_types(q4km, {"llama", 2, 4, 4, 8}, tensors), Error);  // experts
   // The legacy presets keep kiln's own rule and never refuse.
   EXPECT_NO_THROW(choose_types(*find_preset("Q8_0"), {"gemma", 2, 4, 4, 8}, odd));
+}
+
+// With experts, an ffn_down matrix's layer comes from its name, not from how many came
+// before: a layer with a shared expert beside the routed ones has two, and both take the
+// layer's rule (llama-quantize's layer_info). The tables of quant_llama_tables_test.cpp
+// cannot show this (kiln runs no family with shared experts yet).
+TEST(QuantizeMix, ExpertFfnDownTakesItsLayerFromTheName) {
+  std::vector<TensorDesc> t;
+  const int n_layers = 16;
+  for (int l = n_layers - 1; l >= 0; --l) {  // reversed on purpose: the visit order sorts by layer
+    const std::string b = "blk." + std::to_string(l) + ".";
+    t.push_back({b + "ffn_down_exps.weight", {256, 256, 4}, TensorType::F16});
+    t.push_back({b + "ffn_down_shexp.weight", {256, 256}, TensorType::F16});
+  }
+  const ModelFacts moe{"qwen3moe", uint32_t(n_layers), 8, 4, 4};
+  const auto c = choose_types(*find_preset("Q4_K_M"), moe, t);
+  for (size_t i = 0; i < t.size(); ++i) {
+    int layer = -1;
+    std::sscanf(t[i].name.c_str(), "blk.%d.", &layer);
+    const bool more = layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+    EXPECT_EQ(c[i].type, more ? TensorType::Q6_K : TensorType::Q4_K) << t[i].name;
+  }
+  // Counted one by one instead (a dense model), the second matrix of layer 0 would be
+  // position 1 and layer 15's pair positions 30 and 31 of 16.
+  const auto dense = choose_types(*find_preset("Q4_K_M"), {"qwen3moe", uint32_t(n_layers), 8, 4, 0}, t);
+  size_t differ = 0;
+  for (size_t i = 0; i < t.size(); ++i) differ += dense[i].type != c[i].type;
+  EXPECT_GT(differ, 0u);
+
+  t.push_back({"shared_ffn_down.weight", {256, 256}, TensorType::F16});
+  try {
+    choose_types(*find_preset("Q4_K_M"), moe, t);
+    ADD_FAILURE() << "an expert model's ffn_down without a layer number accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared_ffn_down.weight"), std::string::npos) << e.what();
+  }
 }
 
 TEST(QuantizeMix, LegacyPresetsQuantizeEveryMatrixThatFits) {

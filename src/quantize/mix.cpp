@@ -1,7 +1,7 @@
 // llama-quantize's per-tensor type rules (llama.cpp src/llama-quant.cpp decides them in
 // tensor_allows_quantization, llama_tensor_get_type_impl and tensor_type_fallback), for
-// the architectures kiln runs, without an importance matrix, expert tensors or user
-// overrides, restated as tables: which tensors are quantized, the K mixes, the 70B sizes.
+// the architectures kiln runs, without an importance matrix or user overrides, restated as
+// tables: which tensors are quantized, the K mixes, the 70B sizes, the 8-expert rules.
 #include "quantize/mix.h"
 
 #include <algorithm>
@@ -170,6 +170,7 @@ constexpr ArchRule kArchRules[] = {
     {"llama", [](const ModelFacts& m) { return m.n_layers == 80 && m.n_heads != m.n_kv_heads; }},
     {"qwen2", [](const ModelFacts& m) { return m.n_layers == 80; }},  // Qwen2 72B
     {"qwen3", never_70b},
+    {"qwen3moe", never_70b},
     {"gemma", never_70b},
     {"gemma2", never_70b},
     {"gemma3", never_70b},
@@ -194,6 +195,7 @@ struct MixState {
   int gqa;           // n_heads / n_kv_heads
   bool is_70b;
   bool tied;         // no output.weight: token_embd doubles as the output projection
+  uint32_t n_experts;
   int value_seen = 0;
   int ffn_down_seen = 0;
 };
@@ -219,6 +221,30 @@ TensorType output_projection_type(TensorType base, const TensorDesc& t) {
   return TensorType::Q6_K;
 }
 
+// The layer number in a tensor's name ("blk.7.ffn_down_exps.weight" -> 7).
+int layer_in_name(const std::string& name, int n_layers) {
+  int layer = -1;
+  if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1 || layer < 0 || layer >= n_layers)
+    throw Error("tensor '" + name + "': the K mixes of a mixture-of-experts model need a layer number below " +
+                std::to_string(n_layers) + " in its name");
+  return layer;
+}
+
+// llama.cpp tuned these on Mixtral 8x7B and applies them to any model with exactly eight
+// experts, whatever the preset: its attention is a small share of the weights, so the key
+// and value projections get Q8_0, and attn_output Q5_K in the lower mixes.
+bool eight_experts(const MixState& s) { return s.n_experts == 8; }
+bool eight_expert_attn_output_q5(FileType ft) {
+  switch (ft) {
+    case FileType::Q2_K:
+    case FileType::Q3_K_S:
+    case FileType::Q3_K_M:
+    case FileType::Q4_K_S:
+    case FileType::Q4_K_M: return true;
+    default: return false;
+  }
+}
+
 // The type a K mix gives a tensor, before the row-length fallback.
 TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
   if (role == Role::output || (s.tied && role == Role::token_embd)) return output_projection_type(s.base, t);
@@ -227,10 +253,20 @@ TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
     // In 70B models 8 heads share each value matrix, so it is 8x smaller than attn_q and
     // more bits cost little.
     if (s.is_70b && (type == TensorType::Q3_K || type == TensorType::Q4_K)) type = TensorType::Q5_K;
-    return type;
+    return eight_experts(s) ? TensorType::Q8_0 : type;
   }
-  if (role == Role::ffn_down) return boosted(s.mix.ffn_down, s.ffn_down_seen++, s.n_layers, s);
-  if (role == Role::attn_output) return s.mix.attn_output == kBase ? s.base : s.mix.attn_output;
+  if (role == Role::attn_k) return eight_experts(s) ? TensorType::Q8_0 : s.base;
+  if (role == Role::ffn_down) {
+    // With experts, the layer in the name picks the type: a model's expert and shared
+    // matrices need not come one per layer in order (llama.cpp found Mixtral's did not).
+    const int position = s.n_experts > 1 ? layer_in_name(t.name, s.n_layers) : s.ffn_down_seen;
+    ++s.ffn_down_seen;
+    return boosted(s.mix.ffn_down, position, s.n_layers, s);
+  }
+  if (role == Role::attn_output) {
+    if (eight_experts(s)) return eight_expert_attn_output_q5(s.mix.ft) ? TensorType::Q5_K : s.base;
+    return s.mix.attn_output == kBase ? s.base : s.mix.attn_output;
+  }
   return s.base;
 }
 
@@ -274,8 +310,9 @@ std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
 
 // The legacy presets: every 2-D (and 3-D expert) tensor whose rows are whole blocks gets the base type
 // (llama-quantize would refuse the others; kiln keeps their type), except the output
-// projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes.
-std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDesc>& tensors) {
+// projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes, and
+// an 8-expert model's key and value projections, which get Q8_0 as there.
+std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, const std::vector<TensorDesc>& tensors) {
   bool tied = true;
   for (const TensorDesc& t : tensors)
     if (role_of(t.name) == Role::output) tied = false;
@@ -291,6 +328,8 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const std::vector<TensorDe
                      "rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(p.base_type) + " blocks"});
     } else if (r == Role::output || (tied && r == Role::token_embd)) {
       out.push_back(fit_row_length(output_projection_type(p.base_type, t), t));
+    } else if (model.n_experts == 8 && (is_value_like(r) || r == Role::attn_k) && llama_quantizes(t)) {
+      out.push_back(plain(TensorType::Q8_0));
     } else {
       out.push_back(plain(p.base_type));
     }
@@ -317,7 +356,7 @@ std::string preset_names() {
 
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors) {
-  if (!preset.llama_mix) return legacy_types(preset, tensors);
+  if (!preset.llama_mix) return legacy_types(preset, model, tensors);
   const ArchRule* arch = arch_rule(model.arch);
   if (!arch) {
     std::string known;
@@ -325,12 +364,8 @@ std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& mod
     throw Error("the " + std::string(preset.name) + " mix follows llama-quantize's rules for the architectures kiln runs (" +
                 known + "); this model is '" + model.arch + "'");
   }
-  if (model.n_experts > 1)
-    throw Error("the " + std::string(preset.name) + " mix does not handle mixture-of-experts models (" +
-                std::to_string(model.n_experts) + " experts)");
-
   MixState s{k_mix(preset.file_type), preset.base_type, int(model.n_layers), 0,
-             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0, arch->is_70b(model), true};
+             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0, arch->is_70b(model), true, model.n_experts};
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
     if (is_value_like(r)) ++s.n_value_like;

@@ -6,11 +6,14 @@
 // embeddings are tied), attn_v and ffn_down get more bits by layer position, and matrices
 // whose rows are not whole 256-value super-blocks fall back to a legacy 32-value type.
 // choose_types() reproduces the rules of llama.cpp's src/llama-quant.cpp with no importance
-// matrix for every architecture kiln runs (llama, qwen2, qwen3, gemma, gemma2, gemma3,
-// phi3, mpt), so kiln and llama-quantize write the same types (and, the quantizers being
-// bit-exact, the same bytes). The rules hardly depend on the family: a fused attn_qkv
-// counts as a value projection, tied embeddings make token_embd the output projection,
-// and llama and qwen2 have a 70B size whose value matrices get more bits.
+// matrix for every architecture kiln runs (llama and Mixtral, qwen2, qwen3, qwen3moe, gemma,
+// gemma2, gemma3, phi3, mpt), so kiln and llama-quantize write the same types (and, the
+// quantizers being bit-exact, the same bytes). The rules hardly depend on the family: a
+// fused attn_qkv counts as a value projection, tied embeddings make token_embd the output
+// projection, llama and qwen2 have a 70B size whose value matrices get more bits, a
+// mixture of experts' ffn_down takes its position from the layer in its name, and a model
+// of exactly eight experts gets Q8_0 key/value projections (in every preset, the legacy
+// ones too) and Q5_K attn_output in the lower mixes.
 //
 // The legacy presets (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): every 2-D tensor gets the base type
 // when its rows are whole blocks, and the output projection llama-quantize's Q6_K (Q8_0

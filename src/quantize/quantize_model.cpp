@@ -95,7 +95,7 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
   return out;
 }
 
-// The hyperparameters the K mixes read, from the <arch>.* keys every family kiln runs
+// The hyperparameters the mixes read (the legacy presets only the expert count), from the <arch>.* keys every family kiln runs
 // writes (choose_types refuses an architecture it has no rules for, before using them).
 ModelFacts read_facts(const gguf::File& f) {
   ModelFacts m;
@@ -127,7 +127,7 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
   }
   std::vector<TypeChoice> choices;
   try {
-    choices = choose_types(preset, preset.llama_mix ? read_facts(*in) : ModelFacts{}, descs);
+    choices = choose_types(preset, read_facts(*in), descs);
   } catch (const Error& e) {
     throw Error(input + ": " + e.what());
   }
