@@ -75,6 +75,13 @@ Role role_of(const std::string& name) {
 // treat them as one group with its own counter.
 bool is_value_like(Role r) { return r == Role::attn_v || r == Role::attn_qkv || r == Role::attn_kv_b; }
 
+// The layer number in a tensor's name ("blk.7.ffn_down_exps.weight" -> 7), -1 for none.
+int layer_in_name(const std::string& name) {
+  int layer = -1;
+  std::sscanf(name.c_str(), "blk.%d.", &layer);
+  return layer;
+}
+
 // ggml_n_dims: trailing dimensions of 1 do not count, so a [n, 1] tensor is 1-D.
 size_t effective_dims(const std::vector<uint64_t>& dims) {
   size_t n = dims.size();
@@ -221,10 +228,10 @@ TensorType output_projection_type(TensorType base, const TensorDesc& t) {
   return TensorType::Q6_K;
 }
 
-// The layer number in a tensor's name ("blk.7.ffn_down_exps.weight" -> 7).
-int layer_in_name(const std::string& name, int n_layers) {
-  int layer = -1;
-  if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1 || layer < 0 || layer >= n_layers)
+// An expert model's ffn_down position: the layer number in its name, which must be one.
+int expert_layer(const std::string& name, int n_layers) {
+  const int layer = layer_in_name(name);
+  if (layer < 0 || layer >= n_layers)
     throw Error("tensor '" + name + "': the K mixes of a mixture-of-experts model need a layer number below " +
                 std::to_string(n_layers) + " in its name");
   return layer;
@@ -233,7 +240,7 @@ int layer_in_name(const std::string& name, int n_layers) {
 // llama.cpp tuned these on Mixtral 8x7B and applies them to any model with exactly eight
 // experts, whatever the preset: its attention is a small share of the weights, so the key
 // and value projections get Q8_0, and attn_output Q5_K in the lower mixes.
-bool eight_experts(const MixState& s) { return s.n_experts == 8; }
+bool eight_expert_kv(uint32_t n_experts, Role r) { return n_experts == 8 && (is_value_like(r) || r == Role::attn_k); }
 bool eight_expert_attn_output_q5(FileType ft) {
   switch (ft) {
     case FileType::Q2_K:
@@ -253,18 +260,18 @@ TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
     // In 70B models 8 heads share each value matrix, so it is 8x smaller than attn_q and
     // more bits cost little.
     if (s.is_70b && (type == TensorType::Q3_K || type == TensorType::Q4_K)) type = TensorType::Q5_K;
-    return eight_experts(s) ? TensorType::Q8_0 : type;
+    return eight_expert_kv(s.n_experts, role) ? TensorType::Q8_0 : type;
   }
-  if (role == Role::attn_k) return eight_experts(s) ? TensorType::Q8_0 : s.base;
+  if (role == Role::attn_k) return eight_expert_kv(s.n_experts, role) ? TensorType::Q8_0 : s.base;
   if (role == Role::ffn_down) {
     // With experts, the layer in the name picks the type: a model's expert and shared
     // matrices need not come one per layer in order (llama.cpp found Mixtral's did not).
-    const int position = s.n_experts > 1 ? layer_in_name(t.name, s.n_layers) : s.ffn_down_seen;
+    const int position = s.n_experts > 1 ? expert_layer(t.name, s.n_layers) : s.ffn_down_seen;
     ++s.ffn_down_seen;
     return boosted(s.mix.ffn_down, position, s.n_layers, s);
   }
   if (role == Role::attn_output) {
-    if (eight_experts(s)) return eight_expert_attn_output_q5(s.mix.ft) ? TensorType::Q5_K : s.base;
+    if (s.n_experts == 8) return eight_expert_attn_output_q5(s.mix.ft) ? TensorType::Q5_K : s.base;
     return s.mix.attn_output == kBase ? s.base : s.mix.attn_output;
   }
   return s.base;
@@ -293,15 +300,10 @@ TypeChoice fit_row_length(TensorType type, const TensorDesc& t) {
 // llama-quantize visits tensors sorted by layer number (non-layer tensors first), then by
 // name: that order numbers the value projections and ffn_down matrices.
 std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
-  auto layer_of = [](const std::string& name) {
-    int layer = -1;
-    std::sscanf(name.c_str(), "blk.%d.", &layer);
-    return layer;
-  };
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const int la = layer_of(tensors[a].name), lb = layer_of(tensors[b].name);
+    const int la = layer_in_name(tensors[a].name), lb = layer_in_name(tensors[b].name);
     if (la != lb) return la < lb;
     return tensors[a].name < tensors[b].name;
   });
@@ -328,7 +330,7 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, c
                      "rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(p.base_type) + " blocks"});
     } else if (r == Role::output || (tied && r == Role::token_embd)) {
       out.push_back(fit_row_length(output_projection_type(p.base_type, t), t));
-    } else if (model.n_experts == 8 && (is_value_like(r) || r == Role::attn_k) && llama_quantizes(t)) {
+    } else if (eight_expert_kv(model.n_experts, r) && llama_quantizes(t)) {
       out.push_back(plain(TensorType::Q8_0));
     } else {
       out.push_back(plain(p.base_type));

@@ -95,8 +95,9 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
   return out;
 }
 
-// The hyperparameters the mixes read (the legacy presets only the expert count), from the <arch>.* keys every family kiln runs
-// writes (choose_types refuses an architecture it has no rules for, before using them).
+// The hyperparameters the mixes read (the legacy presets only the expert count), from the
+// <arch>.* keys every family kiln runs writes (choose_types refuses an architecture it has
+// no rules for, before using them).
 ModelFacts read_facts(const gguf::File& f) {
   ModelFacts m;
   m.arch = f.get_string("general.architecture", "");
