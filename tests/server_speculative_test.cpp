@@ -196,7 +196,7 @@ TEST(ServeSpec, DraftedGreedyTextsAreThePlainServersTexts) {
       });
     for (std::thread& t : threads) t.join();
     for (size_t i = 0; i < kPrompts.size(); ++i) {
-      ASSERT_EQ(got[i]["http_status"], 200) << got[i].dump();
+      ASSERT_EQ(got[i]["http_status"], 200) << got[i].dump() << "\n" << server.err();
       EXPECT_EQ(got[i]["choices"][0]["text"], want[i]) << kPrompts[i];
     }
     auto c = server.client();
