@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "kiln/error.h"
@@ -83,6 +84,8 @@ bool parse_llama2c_header(const uint8_t* head, size_t got, Llama2cHeader& h) {
   h.dim = i32(0), h.hidden_dim = i32(4), h.n_layers = i32(8), h.n_heads = i32(12);
   h.n_kv_heads = i32(16), h.vocab_size = i32(20), h.seq_len = i32(24);
   h.shared_classifier = h.vocab_size > 0;
+  // INT32_MIN has no positive counterpart; no real export writes it.
+  if (h.vocab_size == std::numeric_limits<int32_t>::min()) return false;
   if (h.vocab_size < 0) h.vocab_size = -h.vocab_size;
   h.data_offset = 28;
   return plausible(h);
