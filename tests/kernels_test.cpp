@@ -445,10 +445,9 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
     std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
     for (Isa isa : available_isas()) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + name);
-      // AVX-512 runs Q8_0/Q4_0/Q4_K with 8-bit activations (kernels/x86/avx512/gemm.cpp).
-      const bool int8_activations =
-          isa == Isa::avx512 &&
-          (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0 || q->type == TensorType::Q4_K);
+      // AVX-512 runs Q8_0/Q4_0/Q4_K/Q6_K with 8-bit activations (kernels/x86/avx512/gemm.cpp).
+      const bool int8_activations = isa == Isa::avx512 && (q->type == TensorType::Q8_0 || q->type == TensorType::Q4_0 ||
+                                                           q->type == TensorType::Q4_K || q->type == TensorType::Q6_K);
       const auto check = [&](const std::vector<float>& y, size_t nb, const std::string& what) {
         for (size_t b = 0; b < nb; ++b)
           for (size_t r = 0; r < rows; ++r) {
@@ -476,14 +475,18 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
   EXPECT_EQ(checked, 10);
 }
 
-// Lengths that are not whole groups of 8 blocks take the kernels' remainder loops too;
-// weights come from the reference quantizer (bit-exact with ggml, tests/quant_test.cpp).
+// Lengths that are not whole groups of 8 blocks take the kernels' remainder loops too, and
+// 5 rows a group of four plus one; K types run over 1, 3 and 5 super-blocks. Weights come
+// from the reference quantizer (bit-exact with ggml, tests/quant_test.cpp).
 TEST(Gemm, QuantizedWeightsAwkwardLengths) {
   std::mt19937 rng(12);
-  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0}) {
-    for (size_t n_blocks : {size_t{1}, size_t{3}, size_t{8}, size_t{11}, size_t{17}}) {
-      const size_t k = 32 * n_blocks, rows = 5, n_batch = 6;
-      const size_t row_bytes = n_blocks * kiln::kernels::ref::quant_traits(type)->block_bytes;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q4_K,
+                          TensorType::Q6_K}) {
+    const auto* traits = kiln::kernels::ref::quant_traits(type);
+    const bool k_quant = traits->block_size == 256;
+    for (size_t n_blocks : k_quant ? std::vector<size_t>{1, 3, 5} : std::vector<size_t>{1, 3, 8, 11, 17}) {
+      const size_t k = traits->block_size * n_blocks, rows = 5, n_batch = 6;
+      const size_t row_bytes = n_blocks * traits->block_bytes;
       const std::vector<float> wf = random_floats(rows * k, rng);
       std::vector<uint8_t> wq(rows * row_bytes);
       std::vector<float> w(rows * k);
@@ -494,7 +497,7 @@ TEST(Gemm, QuantizedWeightsAwkwardLengths) {
       const std::vector<float> x = random_floats(n_batch * k, rng);
       for (Isa isa : available_isas()) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(type) + " blocks=" + std::to_string(n_blocks));
-        const bool int8_activations = isa == Isa::avx512 && (type == TensorType::Q8_0 || type == TensorType::Q4_0);
+        const bool int8_activations = isa == Isa::avx512 && type != TensorType::Q4_1 && type != TensorType::Q5_0;
         for (size_t nb : {size_t{1}, n_batch}) {
           std::vector<float> y(nb * rows, NAN);
           ops_for(isa)->gemm({type, wq.data(), row_bytes, x.data(), k, y.data(), rows, k, nb, 0, rows});

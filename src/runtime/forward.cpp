@@ -51,18 +51,19 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   k.resize(B * kv_dim);
   v.resize(B * kv_dim);
   att.resize(B * q_dim);
-  const size_t ffn_max = std::max(c.ffn_dim, c.expert_ffn_dim);
+  const size_t ffn_max = std::max(c.ffn_dim, c.expert_ffn_dim * c.n_experts_used);
   hb.resize(B * ffn_max);
   hb2.resize(B * ffn_max);
   if (c.n_experts > 0) {
     router.resize(B * c.n_experts);
     route_expert.resize(B * c.n_experts_used);
     route_weight.resize(B * c.n_experts_used);
-    expert_in.resize(B * c.dim);
-    expert_y.resize(B * c.dim);
-    expert_out.resize(B * c.n_experts_used * c.dim);
-    expert_rows.resize(B);
+    expert_in.resize(B * c.n_experts_used * c.dim);
+    expert_y.resize(B * c.n_experts_used * c.dim);
+    route_row.resize(B * c.n_experts_used);
+    expert_start.resize(c.n_experts + 1);
     expert_order.resize(c.n_experts);
+    expert_jobs.reserve(2 * c.n_experts);
   }
   size_t max_rows = m.output.rows;
   const auto size_for = [&](const WeightView& w) {
@@ -77,7 +78,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   }
   prepared.resize(kMaxMatmuls * prepared_stride + 64);
   prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
-  tasks.reserve(kMaxMatmuls * (max_rows / 16 + 1));
+  size_t max_expert_rows = 0;
+  if (!m.layers.empty() && !m.layers[0].gate_exps.empty())
+    max_expert_rows = std::max(m.layers[0].gate_exps[0].rows, m.layers[0].down_exps[0].rows);
+  tasks.reserve(std::max(kMaxMatmuls * (max_rows / 16 + 1), 2 * c.n_experts * (max_expert_rows / 16 + 1)));
 
   // Computed in double once for every position, RoPE scaling included (runtime/rope.h).
   // Against the model's settings without a context: a LongRoPE session whose context
@@ -93,36 +97,45 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   }
 }
 
-// y_i[b] = W_i x[b] for every pair (all W_i have x's width), as one job for the pool:
-// rows of all matrices are cut into chunks that threads take in turn. Tiny work stays
-// on one thread: waking the pool costs more than the arithmetic.
+// y_i[b] = W_i x[b] for every pair (all W_i have x's width), as one job for the pool.
 void Forward::matmuls(const float* in, size_t B, std::initializer_list<MatmulOut> outs) {
+  GemmJob jobs[kMaxMatmuls];
+  size_t n = 0;
+  for (const MatmulOut& o : outs) jobs[n++] = {&o.w, in, B, o.y};
+  gemms({jobs, n});
+}
+
+// Every job's y = W x as one job for the pool: rows of all matrices are cut into chunks
+// that threads take in turn. Tiny work stays on one thread: waking the pool costs more
+// than the arithmetic.
+void Forward::gemms(std::span<const GemmJob> jobs) {
   const void* prepared_for[kMaxMatmuls] = {};
+  const float* prepared_in[kMaxMatmuls] = {};
   TensorType prepared_type[kMaxMatmuls];
   size_t n_prepared = 0, work = 0;
-  for (const MatmulOut& o : outs) work += o.w.rows * o.w.cols * B;
+  for (const GemmJob& j : jobs) work += j.w->rows * j.w->cols * j.B;
   tasks.clear();
   size_t left = work;
   const size_t threads = size_t(pool.size());
-  for (const MatmulOut& o : outs) {
-    const WeightView& w = o.w;
-    kernels::GemmArgs a{w.type, w.data, w.row_bytes, in, w.cols, o.y, w.rows, w.cols, B, 0, w.rows, w.packed};
-    if (w.packed && ops.prepared_bytes(w.type, w.cols, B) > 0) {
+  for (const GemmJob& j : jobs) {
+    const WeightView& w = *j.w;
+    kernels::GemmArgs a{w.type, w.data, w.row_bytes, j.x, w.cols, j.y, w.rows, w.cols, j.B, 0, w.rows, w.packed};
+    if (w.packed && ops.prepared_bytes(w.type, w.cols, j.B) > 0) {
       size_t slot = 0;
-      while (slot < n_prepared && prepared_type[slot] != w.type) ++slot;
-      if (slot == n_prepared) {
+      while (slot < n_prepared && (prepared_type[slot] != w.type || prepared_in[slot] != j.x)) ++slot;
+      if (slot == n_prepared && n_prepared < kMaxMatmuls) {
         void* dst = prepared_base + slot * prepared_stride;
-        prepare_activations(w.type, in, w.cols, B, dst);
-        prepared_type[slot] = w.type, prepared_for[slot] = dst, ++n_prepared;
+        prepare_activations(w.type, j.x, w.cols, j.B, dst);
+        prepared_type[slot] = w.type, prepared_in[slot] = j.x, prepared_for[slot] = dst, ++n_prepared;
       }
-      a.x_prepared = prepared_for[slot];
+      if (slot < n_prepared) a.x_prepared = prepared_for[slot];
     }
     // Guided split: each chunk is a share of the work still left in the whole job, so
     // the first chunks are long runs the prefetchers stream well and the last ones are
     // short, and the threads reach the barrier together. Rows come in whole 16-row
     // packed groups (48 for the 6-row float prefill tiles), at least ~32 KiB of weights.
     const size_t align = w.packed ? 16 : 48;
-    const size_t row_work = w.cols * B;
+    const size_t row_work = w.cols * j.B;
     const size_t min_rows = std::max<size_t>(align, ((32u << 10) / std::max<size_t>(w.row_bytes, 1) + align - 1) / align * align);
     for (size_t r0 = 0; r0 < w.rows;) {
       const size_t want = (left / (2 * threads) / row_work + align - 1) / align * align;

@@ -57,6 +57,14 @@ class Forward {
     float* y;
   };
   void matmuls(const float* in, size_t B, std::initializer_list<MatmulOut> outs);
+  // y[b] = W x[b] for b < B: one of the products gemms() runs as a single pool job.
+  struct GemmJob {
+    const WeightView* w = nullptr;
+    const float* x = nullptr;
+    size_t B = 0;
+    float* y = nullptr;
+  };
+  void gemms(std::span<const GemmJob> jobs);
   void matmul(const WeightView& w, const float* in, float* out, size_t B) { matmuls(in, B, {{w, out}}); }
   void prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst);
   void embed(int32_t token, float* out);
@@ -88,15 +96,17 @@ class Forward {
   std::vector<float> hb;   // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
   std::vector<float> hb2;  // [B][ffn_dim] up
   // Mixture of experts: router scores, each token's chosen experts and weights (in the
-  // order they are summed), one expert's gathered input and output rows, and every
-  // token's expert outputs before the weighted sum.
-  std::vector<float> router;           // [B][n_experts]
-  std::vector<int32_t> route_expert;   // [B][n_experts_used]
-  std::vector<float> route_weight;     // [B][n_experts_used]
-  std::vector<float> expert_in, expert_y;  // [B][dim]
-  std::vector<float> expert_out;       // [B][n_experts_used][dim]
-  std::vector<uint32_t> expert_rows;   // [B]: the batch rows routed to the expert at hand
-  std::vector<int32_t> expert_order;   // [n_experts]: ranking scratch
+  // order they are summed); the (token, choice) pairs grouped by expert: expert e's rows
+  // are [expert_start[e], expert_start[e + 1]) of expert_in/expert_y (and of hb/hb2, which
+  // hold B * n_experts_used expert FFN rows), and route_row says where each pair landed.
+  std::vector<float> router;            // [B][n_experts]
+  std::vector<int32_t> route_expert;    // [B][n_experts_used]
+  std::vector<float> route_weight;      // [B][n_experts_used]
+  std::vector<uint32_t> route_row;      // [B][n_experts_used]: the pair's row in expert_in/expert_y
+  std::vector<uint32_t> expert_start;   // [n_experts + 1]
+  std::vector<float> expert_in, expert_y;  // [B * n_experts_used][dim]
+  std::vector<int32_t> expert_order;    // [n_experts]: ranking scratch
+  std::vector<GemmJob> expert_jobs;     // reserved for 2 * n_experts
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
   // once per weight type and shared by the matmuls that read it.

@@ -39,29 +39,40 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
     }
   }
 
-  // Each chosen expert once, on the rows routed to it.
-  for (size_t e = 0; e < n_exp; ++e) {
-    size_t n = 0;
-    for (size_t b = 0; b < B; ++b)
-      for (size_t j = 0; j < n_used; ++j)
-        if (route_expert[b * n_used + j] == int32_t(e)) {
-          expert_rows[n] = uint32_t(b * n_used + j);
-          std::copy_n(&xb[b * dim], dim, &expert_in[n * dim]);
-          ++n;
-        }
-    if (n == 0) continue;
-    matmuls(expert_in.data(), n, {{L.gate_exps[e], hb.data()}, {L.up_exps[e], hb2.data()}});
-    for (size_t i = 0; i < n; ++i) ops.swiglu(&hb[i * ffn], &hb2[i * ffn], &hb[i * ffn], ffn);
-    matmul(L.down_exps[e], hb.data(), expert_y.data(), n);
-    for (size_t i = 0; i < n; ++i) std::copy_n(&expert_y[i * dim], dim, &expert_out[size_t(expert_rows[i]) * dim]);
-  }
+  // Group the (token, choice) pairs by expert, then run every chosen expert's gate and up
+  // as one pool job and every down as another: a decoding token's eight small experts
+  // cost two hand-offs to the threads, not sixteen.
+  std::fill(expert_start.begin(), expert_start.end(), 0u);
+  for (size_t i = 0; i < B * n_used; ++i) ++expert_start[size_t(route_expert[i]) + 1];
+  for (size_t e = 0; e < n_exp; ++e) expert_start[e + 1] += expert_start[e];
+  for (size_t e = 0; e < n_exp; ++e) expert_order[e] = int32_t(expert_start[e]);  // next free row
+  for (size_t b = 0; b < B; ++b)
+    for (size_t j = 0; j < n_used; ++j) {
+      const uint32_t row = uint32_t(expert_order[size_t(route_expert[b * n_used + j])]++);
+      route_row[b * n_used + j] = row;
+      std::copy_n(&xb[b * dim], dim, &expert_in[size_t(row) * dim]);
+    }
+  const auto each_chosen_expert = [&](auto&& add_jobs) {
+    expert_jobs.clear();
+    for (size_t e = 0; e < n_exp; ++e)
+      if (const size_t n = expert_start[e + 1] - expert_start[e]) add_jobs(e, size_t(expert_start[e]), n);
+    gemms(expert_jobs);
+  };
+  each_chosen_expert([&](size_t e, size_t row0, size_t n) {
+    expert_jobs.push_back({&L.gate_exps[e], &expert_in[row0 * dim], n, &hb[row0 * ffn]});
+    expert_jobs.push_back({&L.up_exps[e], &expert_in[row0 * dim], n, &hb2[row0 * ffn]});
+  });
+  for (size_t r = 0; r < B * n_used; ++r) ops.swiglu(&hb[r * ffn], &hb2[r * ffn], &hb[r * ffn], ffn);
+  each_chosen_expert([&](size_t e, size_t row0, size_t n) {
+    expert_jobs.push_back({&L.down_exps[e], &hb[row0 * ffn], n, &expert_y[row0 * dim]});
+  });
 
   for (size_t b = 0; b < B; ++b) {
     float* out = &xb[b * dim];
     std::fill_n(out, dim, 0.0f);
     for (size_t j = 0; j < n_used; ++j) {
       const float w = route_weight[b * n_used + j];
-      const float* y = &expert_out[(b * n_used + j) * dim];
+      const float* y = &expert_y[size_t(route_row[b * n_used + j]) * dim];
       for (size_t i = 0; i < dim; ++i) out[i] += w * y[i];
     }
   }

@@ -1,5 +1,5 @@
 // AVX-512 gemm: float weights by kernels/x86/gemm_float.h over 16 lanes and 32
-// registers, packed quantized weights by gemm_packed.cpp, and Q8_0 / Q4_0 / Q4_K weights
+// registers, packed quantized weights by gemm_packed.cpp, and Q8_0 / Q4_0 / Q4_K / Q6_K weights
 // in the file's layout by the VNNI paths here.
 //
 // Everything is in an anonymous namespace: no out-of-line AVX-512 copy of a shared
@@ -236,10 +236,64 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
   }
 }
 
+// Q6_K against the same 8-bit activations: a 256-element super-block holds q in 0..63
+// (low 4 bits in ql, top 2 in qh) with w = d * scales[e / 16] * (q - 32). Unpacked, each
+// 64-element vector v is elements 64v..64v+63 in order, so vpdpbusd's lane l covers
+// elements 64v + 4l..+3: sub-block 4v + l / 4 (its scale) and activation block 2v + l / 8
+// (its dx). The -32 is taken off in integers: 32 * sum(xq) per lane by a second vpdpbusd.
+template <int NB>
+inline void row_dot_q6_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd, size_t n_blocks,
+                         float* const* out) {
+  __m512 acc[NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
+  // qh's 2-bit field for the vector's lower and upper 32 elements (64-bit lane shifts).
+  const __m512i shift_01 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0), shift_23 = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+  const __m512i sub_pick[4] = {
+      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+      _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+      _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
+  for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
+    const block_q6_K* blk = reinterpret_cast<const block_q6_K*>(w + sb * sizeof(block_q6_K));
+    const __m512 d_sc = _mm512_mul_ps(
+        _mm512_set1_ps(_cvtsh_ss(blk->d)),
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
+    __m512i qv[4];
+    for (int half = 0; half < 2; ++half) {
+      // ql bytes 0..31 hold elements 128h + 0..31 (low nibble) and +64..95 (high), bytes
+      // 32..63 elements +32..63 and +96..127; qh byte l holds bits 4-5 of elements
+      // 128h + l + 32c in its bits 2c..2c+1.
+      const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * half);
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half)));
+      const __m512i hi01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_01), low2), 4);
+      const __m512i hi23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_23), low2), 4);
+      qv[2 * half] = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
+      qv[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      for (int v = 0; v < 4; ++v) {
+        const __m512i xv = _mm512_loadu_si512(xq[j] + 256 * sb + 64 * v);
+        const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qv[v], xv),
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, xv));
+        const float* dx = xd[j] + 8 * sb + 2 * v;
+        const __m512 dx2 = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(dx[0]), _mm512_set1_ps(dx[1]));
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(sub_pick[v], d_sc), dx2);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
+}
+
 template <TensorType T, int NB>
 inline void row_dot(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
                     size_t n_blocks, float* const* out) {
   if constexpr (T == TensorType::Q4_K) row_dot_q4_k<NB>(w, xq, xd, xs, n_blocks, out);
+  else if constexpr (T == TensorType::Q6_K) row_dot_q6_k<NB>(w, xq, xd, n_blocks, out);
   else row_dot_int8<T, NB>(w, xq, xd, xs, n_blocks, out);
 }
 
@@ -275,11 +329,11 @@ void gemm_quant_vnni(const GemmArgs& a) {
       row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
     };
     size_t r = a.r0;
-    if constexpr (T != TensorType::Q4_K) {
+    if constexpr (T == TensorType::Q8_0 || T == TensorType::Q4_0) {
       // Four weight rows x four activation rows: 16 accumulators, summed together
       // (hsum_many: the same sums as one by one, at a third of the cost), which is
       // what short rows (attention's keys, k = head_dim) are dominated by otherwise.
-      for (; nb >= 4 && r + 4 <= a.r1; r += 4) {
+      for (; r + 4 <= a.r1; r += 4) {
         const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
         size_t b = 0;
         for (; b + 4 <= nb; b += 4) {
@@ -292,8 +346,19 @@ void gemm_quant_vnni(const GemmArgs& a) {
           for (int i = 0; i < 4; ++i)
             for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
         }
-        for (; b < nb; ++b)
-          for (int i = 0; i < 4; ++i) dot1(w + i * w_row_bytes, b, r + i);
+        // Fewer than four activation rows left (decode: one): four weight rows against
+        // each, so a token's matvec also sums four rows' accumulators together.
+        for (; b < nb; ++b) {
+          const int8_t* q1[1] = {xq[b]};
+          const float* d1[1] = {xd[b]};
+          const int32_t* s1[1] = {xs[b]};
+          __m512 acc[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) row_acc_int8<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i);
+          float sums[4];
+          Vec::hsums<4>(acc, sums);
+          for (int i = 0; i < 4; ++i) a.y[(b0 + b) * a.ldy + r + i] = sums[i];
+        }
       }
     }
     for (; r < a.r1; ++r) {
@@ -320,6 +385,7 @@ void gemm(const GemmArgs& a) {
     if (a.w_type == TensorType::Q8_0) return gemm_quant_vnni<TensorType::Q8_0>(a);
     if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);
     if (a.w_type == TensorType::Q4_K) return gemm_quant_vnni<TensorType::Q4_K>(a);
+    if (a.w_type == TensorType::Q6_K) return gemm_quant_vnni<TensorType::Q6_K>(a);
   }
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
