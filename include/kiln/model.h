@@ -162,6 +162,10 @@ class Model {
   uint64_t n_params() const;     // elements of all tensors
   uint64_t weight_bytes() const; // bytes of all tensors
   uint64_t packed_bytes() const; // bytes of weights repacked for the kernels at load
+  // Weight bytes one decoded token reads from memory: every matrix, one row of the
+  // embedding table (all of it when it is also the classifier), only the routed experts.
+  // Speed of a memory-bound decode step = bandwidth / this (the roofline bench/ reports).
+  uint64_t decode_bytes_per_token() const;
 
   // Internal: used by architecture files.
   ModelConfig& mutable_config() { return config_; }

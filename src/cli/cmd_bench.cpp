@@ -1,7 +1,7 @@
 // kiln bench MODEL: prompt processing (pp) and generation (tg) speed, like llama-bench,
 // with its field names in -o json|csv so scripts written for llama-bench read ours.
 // tg rows also get the weight bandwidth they imply (the weight bytes a generated token
-// reads: bytes_read_per_token) and, with --roofline, that as a share of this machine's measured
+// reads: Model::decode_bytes_per_token) and, with --roofline, that as a share of this machine's measured
 // memory read bandwidth: how far decoding is from the memory-bound ceiling.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -117,25 +117,6 @@ std::string size_label(uint64_t n_params) {
   return buf;
 }
 
-// The weight bytes one generated token reads: every tensor once, except the token
-// embedding table, of which it reads one row, unless the output projection is that same
-// table (tied), which reads all of it. A large vocabulary's table can be most of a small
-// model: counting all of it would overstate the bandwidth several times over. Of a
-// mixture of experts, a token reads its n_experts_used experts of each block's n_experts.
-uint64_t bytes_read_per_token(const Model& model) {
-  const ModelConfig& c = model.config();
-  uint64_t bytes = model.weight_bytes();
-  const WeightView& embd = model.token_embd;
-  if (embd.info && model.output.info != embd.info) bytes = bytes - embd.info->n_bytes + embd.row_bytes;
-  for (const LayerWeights& L : model.layers)
-    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
-      if (!experts->empty()) {
-        const uint64_t all = experts->front().info->n_bytes;
-        bytes = bytes - all + all / c.n_experts * c.n_experts_used;
-      }
-  return bytes;
-}
-
 int bench(BenchOptions& o) {
   setup_logging(o.log);
   if (o.output != "md" && o.output != "csv" && o.output != "json") throw UsageError("-o must be md, csv or json");
@@ -146,7 +127,7 @@ int bench(BenchOptions& o) {
   const ModelConfig& c = model->config();
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
-  const uint64_t token_bytes = bytes_read_per_token(*model);
+  const uint64_t token_bytes = model->decode_bytes_per_token();
   const SpecType spec_type_asked = spec_type(o.spec);
   const bool show_spec = spec_type_asked != SpecType::none;
   if (show_spec && (o.no_kv_cache || !o.n_parallel.empty()))

@@ -86,6 +86,8 @@ int info(InfoOptions& o) {
   std::printf("architecture: %s\n", c.arch.c_str());
   std::printf("parameters:   %.2f M (%s of weights, mostly %s)\n", model->n_params() / 1e6,
               human_bytes((double)model->weight_bytes()).c_str(), type_name(c.weight_type).c_str());
+  std::printf("per token:    %s of weights read by each decoded token\n",
+              human_bytes((double)model->decode_bytes_per_token()).c_str());
   std::printf("context:      %u (trained)\n", c.n_ctx_train);
   std::printf("layers:       %u, dim %u, ffn %u, heads %u, kv heads %u, head dim %u\n", c.n_layers, c.dim, c.ffn_dim,
               c.n_heads, c.n_kv_heads, c.head_dim);

@@ -332,6 +332,20 @@ uint64_t Model::weight_bytes() const {
   return n;
 }
 
+uint64_t Model::decode_bytes_per_token() const {
+  uint64_t n = weight_bytes();
+  // Counting the whole embedding table would overstate a small model's bandwidth several
+  // times over: a token reads one row of it, unless it is the classifier too.
+  if (token_embd.info && output.info != token_embd.info) n = n - token_embd.info->n_bytes + token_embd.row_bytes;
+  for (const LayerWeights& l : layers)
+    for (const auto* experts : {&l.gate_exps, &l.up_exps, &l.down_exps})
+      if (!experts->empty()) {
+        const uint64_t all = experts->front().info->n_bytes;
+        n = n - all + all / config_.n_experts * config_.n_experts_used;
+      }
+  return n;
+}
+
 void check_layer_count(const gguf::File& f, const ModelConfig& c) {
   if (c.n_layers > f.tensors().size())
     throw Error(f.path() + ": " + c.arch + ".block_count " + std::to_string(c.n_layers) +
