@@ -170,25 +170,15 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   }
 }
 
-template <TensorType T, int NB>
-inline void row_dot_int8(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, float* const* out) {
-  __m512 acc[NB];
-  row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc);
-#pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
-}
-
 // Q4_K against the same 8-bit activations: a 256-element super-block holds 8 sub-blocks
 // of 32 with 6-bit scales sc and mins m, w = d * sc * q - dmin * m with q in 0..15, so
 // each sub-block contributes d * sc * dx * sum(q * xq) - dmin * m * dx * sum(xq). The
 // 32 bytes qs[32p..32p+31] hold sub-block 2p in their low nibbles and 2p+1 in their high
 // ones, which lines up with activation blocks 2p, 2p+1 for one vpdpbusd.
 template <int NB>
-inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, float* const* out) {
+inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
+                         const int32_t* const* xs, size_t n_blocks, __m512* acc) {
   constexpr size_t kSuperBytes = sizeof(block_q4_K);
-  __m512 acc[NB];
   __m256 mins[NB];
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = _mm256_setzero_ps();
@@ -228,12 +218,10 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
       }
     }
   }
+  // The mins' lanes join the sum's lower half, so one horizontal sum finishes the row
+  // (several rows' sums are taken together by the caller).
 #pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) {
-    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[j]), _mm256_extractf128_ps(mins[j], 1));
-    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-    *out[j] = Vec::hsum(acc[j]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-  }
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_sub_ps(acc[j], _mm512_zextps256_ps512(mins[j]));
 }
 
 // Q6_K against the same 8-bit activations: a 256-element super-block holds q in 0..63
@@ -242,9 +230,8 @@ inline void row_dot_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
 // elements 64v + 4l..+3: sub-block 4v + l / 4 (its scale) and activation block 2v + l / 8
 // (its dx). The -32 is taken off in integers: 32 * sum(xq) per lane by a second vpdpbusd.
 template <int NB>
-inline void row_dot_q6_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd, size_t n_blocks,
-                         float* const* out) {
-  __m512 acc[NB];
+inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd, size_t n_blocks,
+                         __m512* acc) {
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
@@ -285,16 +272,25 @@ inline void row_dot_q6_k(const uint8_t* w, const int8_t* const* xq, const float*
       }
     }
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
+}
+
+// One weight row of any VNNI type against NB activation rows, left as NB accumulators
+// whose horizontal sums are the dot products.
+template <TensorType T, int NB>
+inline void row_acc(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
+                    size_t n_blocks, __m512* acc) {
+  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, xq, xd, xs, n_blocks, acc);
+  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, xq, xd, n_blocks, acc);
+  else row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc);
 }
 
 template <TensorType T, int NB>
 inline void row_dot(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
                     size_t n_blocks, float* const* out) {
-  if constexpr (T == TensorType::Q4_K) row_dot_q4_k<NB>(w, xq, xd, xs, n_blocks, out);
-  else if constexpr (T == TensorType::Q6_K) row_dot_q6_k<NB>(w, xq, xd, n_blocks, out);
-  else row_dot_int8<T, NB>(w, xq, xd, xs, n_blocks, out);
+  __m512 acc[NB];
+  row_acc<T, NB>(w, xq, xd, xs, n_blocks, acc);
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
 }
 
 // Batches are taken a few activation rows at a time (their 8-bit copies live on the stack)
@@ -329,36 +325,35 @@ void gemm_quant_vnni(const GemmArgs& a) {
       row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
     };
     size_t r = a.r0;
-    if constexpr (T == TensorType::Q8_0 || T == TensorType::Q4_0) {
-      // Four weight rows x four activation rows: 16 accumulators, summed together
-      // (hsum_many: the same sums as one by one, at a third of the cost), which is
-      // what short rows (attention's keys, k = head_dim) are dominated by otherwise.
-      for (; r + 4 <= a.r1; r += 4) {
-        const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
-        size_t b = 0;
-        for (; b + 4 <= nb; b += 4) {
-          const Four x = four(b);
-          __m512 acc[16];
+    // Four weight rows x four activation rows: 16 accumulators, summed together
+    // (hsum_many: the same sums as one by one, at a third of the cost), which is
+    // what short rows (attention's keys, k = head_dim; a MoE expert's down
+    // projection, one Q4_K/Q6_K super-block per row) are dominated by otherwise.
+    for (; r + 4 <= a.r1; r += 4) {
+      const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
+      size_t b = 0;
+      for (; b + 4 <= nb; b += 4) {
+        const Four x = four(b);
+        __m512 acc[16];
 #pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) row_acc_int8<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i);
-          float sums[16];
-          Vec::hsums<16>(acc, sums);
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
-        }
-        // Fewer than four activation rows left (decode: one): four weight rows against
-        // each, so a token's matvec also sums four rows' accumulators together.
-        for (; b < nb; ++b) {
-          const int8_t* q1[1] = {xq[b]};
-          const float* d1[1] = {xd[b]};
-          const int32_t* s1[1] = {xs[b]};
-          __m512 acc[4];
+        for (int i = 0; i < 4; ++i) row_acc<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i);
+        float sums[16];
+        Vec::hsums<16>(acc, sums);
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) a.y[(b0 + b + j) * a.ldy + r + i] = sums[4 * i + j];
+      }
+      // Fewer than four activation rows left (decode: one): four weight rows against
+      // each, so a token's matvec also sums four rows' accumulators together.
+      for (; b < nb; ++b) {
+        const int8_t* q1[1] = {xq[b]};
+        const float* d1[1] = {xd[b]};
+        const int32_t* s1[1] = {xs[b]};
+        __m512 acc[4];
 #pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) row_acc_int8<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i);
-          float sums[4];
-          Vec::hsums<4>(acc, sums);
-          for (int i = 0; i < 4; ++i) a.y[(b0 + b) * a.ldy + r + i] = sums[i];
-        }
+        for (int i = 0; i < 4; ++i) row_acc<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i);
+        float sums[4];
+        Vec::hsums<4>(acc, sums);
+        for (int i = 0; i < 4; ++i) a.y[(b0 + b) * a.ldy + r + i] = sums[i];
       }
     }
     for (; r < a.r1; ++r) {
