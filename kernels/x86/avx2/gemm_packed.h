@@ -7,6 +7,10 @@
 namespace kiln::kernels::avx2 {
 
 void gemm(const GemmArgs& a);
+// Quantized weights in the file's own layout (a MoE's experts stay mapped from the file)
+// against 8-bit activations, vpmaddubsw + vpmaddwd (gemm_quant.cpp). False for a type or
+// length it has no kernel for (the caller falls back to the scalar reference).
+bool gemm_quant(const GemmArgs& a);
 // Plain AVX2: integer dots by vpmaddubsw + vpmaddwd (gemm_packed.cpp).
 void gemm_packed(const GemmArgs& a);
 #ifdef KILN_HAVE_AVXVNNI
