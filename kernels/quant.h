@@ -195,7 +195,18 @@ void quantize_row_q5_K(const float* x, block_q5_K* y, size_t n);
 void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n);
 void quantize_row_q8_K(const float* x, block_q8_K* y, size_t n);
 
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array.
-void unpack_scale_min_k4(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array: sub-blocks
+// 0..3 keep them in bytes j and j + 4; 4..7 put their low 4 bits in byte j + 4 and their
+// top 2 bits in the spare bits of bytes j - 4 and j. Inline: the SIMD kernels call it per
+// super-block.
+inline void unpack_scale_min_k4(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0F) | (scales[j - 4] >> 6) << 4);
+    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | (scales[j] >> 6) << 4);
+  }
+}
 
 }  // namespace kiln::kernels::ref

@@ -32,16 +32,6 @@ int nearest_int(float x) { return static_cast<int>(std::lrintf(x)); }
 
 }  // namespace
 
-void unpack_scale_min_k4(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = scales[j] & 63;
-    *m = scales[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0F) | (scales[j - 4] >> 6) << 4);
-    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | (scales[j] >> 6) << 4);
-  }
-}
-
 void dequantize_row_q2_K(const block_q2_K* x, float* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, y += QK_K) {
     const float d = fp16_to_f32(x[i].d);

@@ -88,14 +88,8 @@ inline void row_acc_q4_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const auto* b = reinterpret_cast<const block_q4_K*>(w) + sb;
-    const uint8_t* q = b->scales;
     alignas(8) uint8_t sc[8], m[8];
-    for (int i = 0; i < 4; ++i) {
-      sc[i] = q[i] & 63;
-      m[i] = q[i + 4] & 63;
-      sc[i + 4] = (q[i + 8] & 0x0f) | ((q[i] >> 6) << 4);
-      m[i + 4] = (q[i + 8] >> 4) | ((q[i + 4] >> 6) << 4);
-    }
+    for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(b->scales, j, &sc[j], &m[j]);
     const auto widen = [](const uint8_t* v) {
       return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
     };

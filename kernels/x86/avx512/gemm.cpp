@@ -186,16 +186,8 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
   const PairPick pick;
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
-    // The 12 scale bytes: sub-blocks 0..3 keep 6-bit sc/m in bytes 0..3 / 4..7; 4..7 put
-    // their low 4 bits in bytes 8..11 and their top 2 bits in the spare bits of 0..7.
-    const uint8_t* q = blk->scales;
     alignas(8) uint8_t sc[8], m[8];
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = q[j] & 63;
-      m[j] = q[j + 4] & 63;
-      sc[j + 4] = (q[j + 8] & 0x0f) | ((q[j] >> 6) << 4);
-      m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
-    }
+    for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(blk->scales, j, &sc[j], &m[j]);
     const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)),
                                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))));
     const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->dmin)),
