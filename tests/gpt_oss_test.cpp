@@ -1,7 +1,8 @@
 // gpt-oss beyond the llama.cpp reference of tests/families_test.cpp: that each of its parts
 // moves the reference file's logits (so that the reference can catch an error in it),
-// the quantized KV caches with sinks in both attention kernels, and malformed files
-// refused with an error naming the key or tensor.
+// the quantized KV caches with sinks in both attention kernels, malformed files refused
+// with an error naming the key or tensor, and its chat template (harmony) rendered as
+// Jinja2 renders it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <ctime>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/chat_template.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/model.h"
@@ -306,4 +313,40 @@ TEST(GptOss, MissingSlidingWindowKeyIsNamed) {
   } catch (const kiln::Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing key 'gpt-oss.attention.sliding_window'"), std::string::npos) << e.what();
   }
+}
+
+// gpt-oss's published template (tests/data/templates/openai-gpt-oss-120b.jinja, from
+// llama.cpp's repository) states the current date, so Jinja2's renderings were made with
+// the date 2026-12-02 (tests/data/templates/generate.py: expected-dated/): kiln's, with
+// today's date put back to that one, must be the same text, for the five conversations of
+// the other templates and a harmony one (developer message, reasoning effort, builtin
+// tools, chain of thought, a tool call and its result).
+TEST(GptOss, ChatTemplateRendersLikeJinja2) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/data/templates";
+  const kiln::ChatTemplate t(read_file(dir + "/openai-gpt-oss-120b.jinja"));
+  const auto convs = nlohmann::ordered_json::parse(read_file(dir + "/expected-dated/conversations.json"));
+  const auto today = [] {
+    char buf[16];
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &local);
+    return std::string(buf);
+  };
+  size_t compared = 0;
+  for (const char* name : {"hello", "libai", "kvcache", "tools", "think", "harmony"}) {
+    SCOPED_TRACE(name);
+    const std::string file = dir + "/expected-dated/openai-gpt-oss-120b." + name + ".txt";
+    ASSERT_TRUE(std::filesystem::exists(file));
+    const auto& c = convs.at(name);
+    const std::string date = today();
+    std::string got = t.render(c.at("messages"), c.at("add_generation_prompt").get<bool>(), "<BOS>", "<EOS>", c.at("context"));
+    const std::string line = "Current date: " + date + "\n";
+    const size_t at = got.find(line);
+    ASSERT_NE(at, std::string::npos) << got;
+    got.replace(at, line.size(), "Current date: 2026-12-02\n");
+    EXPECT_EQ(got, read_file(file));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6u);
 }
