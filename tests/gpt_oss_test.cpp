@@ -350,3 +350,17 @@ TEST(GptOss, ChatTemplateRendersLikeJinja2) {
   }
   EXPECT_EQ(compared, 6u);
 }
+
+// kiln info names what sets the family apart, and no gpt-oss key goes unread (the YaRN
+// beta keys included).
+TEST(GptOss, InfoNamesItsParts) {
+  const auto r = run_command(shell_quote(kiln_binary()) + " info " + shell_quote(reference_file()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"architecture: gpt-oss", "neox, scaling yarn x32, original context 64",
+                        "SwiGLU clamped at 7, alpha 1.702, up + 1, mixture of 8 experts (2 used per token, width 64, "
+                        "softmax over the chosen, biases)",
+                        "features:     Q/K/V biases, attention sinks", "sliding win:  6 on layers 0, 2; global 1, 3",
+                        "output:       output.weight"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << " in\n" << r.out;
+  EXPECT_EQ(r.out.find("ignored:"), std::string::npos) << r.out;
+}
