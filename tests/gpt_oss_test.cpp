@@ -364,3 +364,36 @@ TEST(GptOss, InfoNamesItsParts) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << " in\n" << r.out;
   EXPECT_EQ(r.out.find("ignored:"), std::string::npos) << r.out;
 }
+
+// H2O's scores weigh keys as the attention does, sink included: a query's weights over
+// the keys sum to 1 minus the sink's share, so a very low sink leaves the total at
+// layers x heads x queries, a very high one takes nearly everything, the file's sinks
+// something in between.
+TEST(GptOss, AttentionScoresLeaveTheSinkItsShare) {
+  auto model = kiln::Model::load(reference_file());
+  const kiln::ModelConfig& c = model->config();
+  const std::vector<int32_t>& tokens = reference().tokens;
+  const auto total = [&](const float* sinks) {
+    if (sinks)
+      for (kiln::LayerWeights& L : model->layers) L.attn_sinks.data = sinks;
+    kiln::SessionParams p;
+    p.n_ctx = 64, p.n_threads = 2, p.swa_window = 0;  // scores are for global attention
+    p.kv_type_k = p.kv_type_v = kiln::TensorType::F32;
+    kiln::Session s(*model, p);
+    s.track_attention(true);
+    s.decode(tokens);
+    double sum = 0;
+    for (float v : s.attention_scores()) sum += v;
+    return sum;
+  };
+  const double all = double(c.n_layers) * c.n_heads * tokens.size();
+  const double file = total(nullptr);
+  const std::vector<float> low(c.n_heads, -60.0f), high(c.n_heads, 60.0f);
+  const double with_low = total(low.data()), with_high = total(high.data());
+  std::printf("[ gpt-oss-tiny ] attention received: %.6g of %.6g (file's sinks), %.6g (sinks -60), %.6g (sinks 60)\n",
+              file, all, with_low, with_high);
+  EXPECT_NEAR(with_low, all, all * 1e-5);
+  EXPECT_LT(with_high, all * 1e-6);
+  EXPECT_LT(file, all * 0.95);
+  EXPECT_GT(file, all * 0.05);
+}

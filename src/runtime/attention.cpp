@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/attention_sink.h"
 #include "runtime/sliding_window.h"
 #include "runtime/soft_cap.h"
 
@@ -35,16 +36,6 @@ std::vector<float> slopes_of(const ModelConfig& c) {
   for (uint32_t h = 0; h < c.n_heads; ++h)
     slopes[h] = h < n_pow2 ? std::pow(m0, float(h + 1)) : std::pow(m1, float(2 * (h - n_pow2) + 1));
   return slopes;
-}
-
-// softmax of x[0..n) and one more logit, the sink, that takes its share of the
-// denominator but adds no value (Xiao et al. 2023's attention sink, learned per head as
-// gpt-oss does): the weights sum to less than 1 when the sink is large.
-void softmax_with_sink(const kernels::Ops& ops, float* x, size_t n, float sink) {
-  float max = sink;
-  for (size_t j = 0; j < n; ++j) max = std::max(max, x[j]);
-  const float sum = ops.exp_sum(x, n, max) + std::exp(sink - max);
-  ops.scale(x, 1.0f / sum, n);
 }
 
 // Asks the cache hierarchy for the lines holding [p, p + bytes).

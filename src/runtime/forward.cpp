@@ -249,7 +249,8 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
       accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
                                    attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
                                    attention_scale(c), c.attn_softcap, scores->scratch.data(),
-                                   scores->head_acc.data(), scores->total.data()},
+                                   scores->head_acc.data(), scores->total.data(),
+                                   static_cast<const float*>(L.attn_sinks.data)},
                                   ops, pool);
     matmul(L.wo, att.data(), xb.data(), B);
     add_bias(xb.data(), L.bo, dim, B);
