@@ -5,6 +5,7 @@
 // Jinja2 renders it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "kiln/session.h"
 #include "kiln/tokenizer.h"
 #include "model_gen/generate_model.h"
+#include "runtime/swiglu_clamped.h"
 #include "test_util.h"
 
 using namespace kiln::test;
@@ -421,4 +423,20 @@ TEST(GptOss, PagedCacheGivesTheContiguousLogits) {
                 err / sum);
     EXPECT_LT(err / sum, 1e-12);
   }
+}
+
+// The clamped SwiGLU on values around its limits, against the formula in double: the
+// gate is capped from above only, the up projection on both sides.
+TEST(GptOss, ClampedSwigluCapsGateAboveAndUpBothSides) {
+  const float gate[] = {-9.0f, -1.0f, 0.0f, 0.5f, 6.9f, 7.0f, 12.0f, 3.0f, 3.0f};
+  const float up[] = {0.0f, 2.0f, 5.0f, -0.5f, 1.0f, -8.0f, 9.0f, -7.5f, 7.5f};
+  float out[9];
+  kiln::swiglu_clamped(gate, up, out, 9, 1.702f, 7.0f);
+  for (size_t i = 0; i < 9; ++i) {
+    const double g = std::min(double(gate[i]), 7.0), u = std::clamp(double(up[i]), -7.0, 7.0);
+    const double want = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+    EXPECT_NEAR(out[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << i;
+  }
+  EXPECT_NEAR(out[6], 7.0 / (1 + std::exp(-1.702 * 7.0)) * 8.0, 1e-4);  // both capped at 7
+  EXPECT_LT(out[0], 0.0f);  // a large negative gate is not clamped: -9 sigmoid(-15.3) ~ -2e-6
 }
