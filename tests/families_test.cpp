@@ -60,6 +60,8 @@ const Case kCases[] = {
     {"llama3-tiny-tied", "llama3-tiny", "llama", "tokenizers/llama3-hf/tokenizer.json", true},
     {"mistral-tiny", "mistral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
     {"mixtral-tiny", "mixtral-tiny", "llama", "vocab/ggml-vocab-llama-spm.gguf", false},
+    // o200k's vocabulary is not in ../shared: Llama 3's, under gpt-oss's split (gpt-4o).
+    {"gpt-oss-tiny", "gpt-oss-tiny", "gpt-oss", "tokenizers/llama3-hf/tokenizer.json", false},
     {"gemma-tiny", "gemma-tiny", "gemma", "vocab/ggml-vocab-llama-spm.gguf", true},
     {"gemma2-tiny", "gemma2-tiny", "gemma2", "vocab/ggml-vocab-llama-spm.gguf", true},
     {"gemma3-tiny", "gemma3-tiny", "gemma3", "tokenizers/gemma3-hf/tokenizer.json", true},
@@ -443,7 +445,7 @@ TEST(Families, UnsupportedArchitectureIsOneLine) {
   const std::string path = temp_dir() + "/xyz.gguf";
   w.write(path);
   expect_one_line_error(run_command(shell_quote(kiln_binary()) + " run " + shell_quote(path) + " hi -n 1"), 1,
-                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt)");
+                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss)");
 }
 
 // A qwen2 file without its Q/K/V biases is refused rather than run as something else.

@@ -1,5 +1,5 @@
 // Mixture-of-experts files scored by `kiln perplexity` against llama-perplexity: the
-// qwen3moe and Mixtral reference files of tests/families_test.cpp, in F32 and quantized
+// qwen3moe, Mixtral and gpt-oss reference files of tests/families_test.cpp, in F32 and quantized
 // by `kiln quantize` (whose tensors must be llama-quantize's, byte for byte: the reference
 // line carries a digest of them), on story.txt with 64-token chunks.
 // tests/data/families/README.md says how moe.llama-perplexity.txt was made.
@@ -42,19 +42,23 @@ std::vector<Line> read_references() {
 }
 
 // The file tests/data/families/README.md's kiln-gen lines write for the shape of that name.
-std::string reference_file(const std::string& shape) {
+// f16: the same command with --type f16 (kiln-gen's F16 file, not a conversion by quantize).
+std::string reference_file(const std::string& shape, bool f16 = false) {
   static std::map<std::string, std::string> written;
-  auto it = written.find(shape);
+  auto it = written.find(shape + (f16 ? "-f16" : ""));
   if (it != written.end()) return it->second;
-  const kiln::gen::GenerateOptions o = kiln::gen::peaky_options(shape, 7, shape == "qwen3moe-tiny");
+  kiln::gen::GenerateOptions o = kiln::gen::peaky_options(shape, 7, shape == "qwen3moe-tiny");
+  if (f16) o.type = kiln::TensorType::F16;
+  const auto from_json = [&](const std::string& rel) {
+    return kiln::gen::build_model(o, kiln::Tokenizer::from_file(shared_path(rel))->vocab()).to_bytes();
+  };
   const std::vector<uint8_t> bytes =
-      shape == "qwen3moe-tiny"
-          ? kiln::gen::build_model(o, kiln::Tokenizer::from_file(shared_path("tokenizers/qwen3-hf/tokenizer.json"))->vocab())
-                .to_bytes()
+      shape == "qwen3moe-tiny"   ? from_json("tokenizers/qwen3-hf/tokenizer.json")
+      : shape == "gpt-oss-tiny" ? from_json("tokenizers/llama3-hf/tokenizer.json")
           : kiln::gen::build_model(o, *kiln::gguf::File::open(shared_path("vocab/ggml-vocab-llama-spm.gguf"))).to_bytes();
-  const std::string path = temp_dir() + "/" + shape + ".gguf";
+  const std::string path = temp_dir() + "/" + shape + (f16 ? "-f16" : "") + ".gguf";
   write_file(path, std::string(bytes.begin(), bytes.end()));
-  return written[shape] = path;
+  return written[shape + (f16 ? "-f16" : "")] = path;
 }
 
 // sha256 of "name type sha256(bytes)\n" for the tensors sorted by name: what the reference
@@ -74,19 +78,20 @@ std::string tensor_digest(const std::string& path) {
 // random peaky models in which two experts' router scores can nearly tie, and a
 // difference in the last bits of an activation's Q8 quantization then flips the choice
 // for one token; llama.cpp itself moves chunk 2 of mixtral-tiny Q8_0 by 0.3% between
-// -ub 16 and -ub 64. Seen: Q4_0 0.008%, Q4_K_M 0.04-0.45%, Q8_0 0.56%. A wrong expert
+// -ub 16 and -ub 64. Seen: Q4_0 0.004-0.008%, Q4_K_M 0.04-0.45%, Q8_0 0.09-0.56%; F16
+// weights 0.26% (llama.cpp rounds the activations to fp16 for them, kiln does not). A wrong expert
 // kernel or routing rule moves these files by far more (the F32 numbers show how closely
 // the rest agrees).
 double tolerance(const std::string& preset) { return preset == "F32" ? 5e-4 : 1e-2; }
 
 TEST(MoePerplexity, MatchesLlamaPerplexityInF32AndQuantized) {
   const std::vector<Line> refs = read_references();
-  ASSERT_EQ(refs.size(), 6u);
+  ASSERT_EQ(refs.size(), 10u);
   const std::string story = std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt";
   for (const Line& ref : refs) {
     SCOPED_TRACE(ref.file + " " + ref.preset);
-    std::string model = reference_file(ref.file);
-    if (ref.preset != "F32") {
+    std::string model = reference_file(ref.file, ref.preset == "F16");
+    if (ref.preset != "F32" && ref.preset != "F16") {
       const std::string quantized = temp_dir() + "/" + ref.file + "-" + ref.preset + ".gguf";
       auto q = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(model) + " " + shell_quote(quantized) +
                            " " + ref.preset + " --quiet");

@@ -14,6 +14,7 @@
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
 #include "test_util.h"
+#include "tokenizer/vocab_gguf.h"
 
 namespace kiln {
 namespace {
@@ -265,6 +266,32 @@ TEST(Tokenizer, EndOfGeneration) {
   auto llama = Tokenizer::from_gguf(*gguf::File::open(test::shared_path("vocab/ggml-vocab-llama-spm.gguf")));
   EXPECT_TRUE(llama->is_eog(2));
   EXPECT_FALSE(llama->is_eog(1));
+}
+
+// gpt-oss (harmony): a reply ends at <|return|> or, for a tool call, <|call|>; <|end|>
+// closes the chain-of-thought message before the final one and ends nothing there. A
+// vocabulary without both (Phi-3's) keeps <|end|> as the end of a turn.
+TEST(Tokenizer, HarmonyEndsAtReturnOrCallNotEnd) {
+  const auto tokenizer = [](std::vector<std::string> specials) {
+    Vocab v;
+    v.model = "gpt2", v.pre = "gpt-4o", v.add_bos = false;
+    v.tokens = {"a", "b"};
+    v.types = {TokenType::normal, TokenType::normal};
+    for (const std::string& s : specials) v.tokens.push_back(s), v.types.push_back(TokenType::control);
+    v.eos_id = 0;  // an id that is not one of the markers
+    gguf::Writer w;
+    write_vocab_gguf(w, v);
+    const std::string path = test::temp_dir() + "/harmony.gguf";
+    w.write(path);
+    return Tokenizer::from_gguf(*gguf::File::open(path));
+  };
+  const auto harmony = tokenizer({"<|start|>", "<|end|>", "<|return|>", "<|call|>"});
+  EXPECT_FALSE(harmony->is_eog(2));  // <|start|>
+  EXPECT_FALSE(harmony->is_eog(3));  // <|end|>
+  EXPECT_TRUE(harmony->is_eog(4));   // <|return|>
+  EXPECT_TRUE(harmony->is_eog(5));   // <|call|>
+  const auto no_call = tokenizer({"<|start|>", "<|end|>", "<|return|>"});
+  EXPECT_TRUE(no_call->is_eog(3));
 }
 
 TEST(Detokenizer, HoldsPartialCharactersUntilComplete) {

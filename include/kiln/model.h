@@ -51,12 +51,20 @@ struct LayerWeights {
   // in the file mapping: a token reads only the rows of the experts it is routed to.
   WeightView ffn_gate_inp;
   std::vector<WeightView> gate_exps, up_exps, down_exps;
+  // Optional, F32 (gpt-oss): the router's bias [n_experts], and each expert's biases as
+  // one 2-D tensor, row e for expert e: [n_experts][expert_ffn] (gate, up), [n_experts][dim] (down).
+  WeightView ffn_gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
+  // Attention sinks (gpt-oss): one learned logit per query head [n_heads], F32, that joins
+  // the denominator of every softmax of that head's attention (a key with no value).
+  WeightView attn_sinks;
 };
 
 // What varies between families, as data the one forward pass reads.
 enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-mean)/std*w + b
-// down(silu(gate x) * up x), down(gelu(up x + b)) + b, or down(gelu(gate x) * up x) (GeGLU, Gemma)
-enum class Ffn { swiglu, gelu, geglu };
+// down(silu(gate x) * up x), down(gelu(up x + b)) + b, or down(gelu(gate x) * up x) (GeGLU, Gemma);
+// swiglu_clamped (gpt-oss): g = min(gate x, L), u = clamp(up x, -L, L), down(g sigmoid(a g) (u + 1))
+// with a = ModelConfig::swiglu_alpha, L = swiglu_limit.
+enum class Ffn { swiglu, gelu, geglu, swiglu_clamped };
 enum class Positions { rope, alibi };    // rotary Q/K, or ALiBi biases on the attention scores
 
 struct ModelConfig {
@@ -108,6 +116,11 @@ struct ModelConfig {
   // ones (Qwen3-MoE, Mixtral) unless expert_weights_norm says otherwise. 0: dense.
   uint32_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0;
   bool expert_weights_norm = true;
+  // gpt-oss: the experts are ranked by their router logits and weighted by the softmax of
+  // the chosen ones' logits only (llama.cpp's "softmax weight" gating; the same numbers as
+  // a softmax over all renormalized over the chosen, computed without the detour).
+  bool expert_softmax_chosen = false;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // Ffn::swiglu_clamped only
   // <arch>.* metadata keys the architecture file never read (kiln info lists them): what
   // a file says that kiln does not act on.
   std::vector<std::string> ignored_keys;

@@ -105,10 +105,16 @@ int info(InfoOptions& o) {
   }
   if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
   else std::printf("rms eps:      %g\n", c.rms_eps);
-  std::printf("ffn:          %s", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
+  if (c.ffn == Ffn::swiglu_clamped)
+    std::printf("ffn:          SwiGLU clamped at %g, alpha %g, up + 1", c.swiglu_limit, c.swiglu_alpha);
+  else
+    std::printf("ffn:          %s", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
   if (c.n_experts > 0)
-    std::printf(", mixture of %u experts (%u used per token, width %u%s)", c.n_experts, c.n_experts_used,
-                c.expert_ffn_dim, c.expert_weights_norm ? ", weights renormalized" : "");
+    std::printf(", mixture of %u experts (%u used per token, width %u%s%s)", c.n_experts, c.n_experts_used,
+                c.expert_ffn_dim,
+                c.expert_softmax_chosen ? ", softmax over the chosen"
+                : c.expert_weights_norm ? ", weights renormalized" : "",
+                model->layers[0].gate_exps_b ? ", biases" : "");
   std::printf("\n");
   if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
   // What sets the family apart from a plain Llama block, as the loader found it.
@@ -117,6 +123,7 @@ int info(InfoOptions& o) {
   if (L0.bq && c.norm == Norm::rms) parts.push_back("Q/K/V biases");
   if (L0.q_norm) parts.push_back(L0.q_norm.cols == c.head_dim ? "per-head Q/K RMSNorm" : "Q/K norms over the whole row");
   if (L0.attn_post_norm) parts.push_back("post-norms");
+  if (L0.attn_sinks) parts.push_back("attention sinks");
   if (L0.wq.info == L0.wk.info) parts.push_back("fused QKV");  // row ranges of one tensor
   if (L0.w_gate && L0.w_gate.info == L0.w_up.info) parts.push_back("fused gate/up");
   char buf[96];

@@ -55,6 +55,7 @@ void load_gemma(Model& model);
 void load_gemma2(Model& model);
 void load_gemma3(Model& model);
 void load_phi3(Model& model);
+void load_gpt_oss(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
@@ -74,13 +75,17 @@ void read_rope_attention(const gguf::File& f, const std::string& prefix, ModelCo
 // output.weight, or token_embd for it when the file has none or the family always ties.
 void read_embeddings(Model& model, bool always_tied = false);
 // Pre-norm blocks: attn_norm; attn_qkv (rows Q, K, V) or attn_q/k/v, each with an optional
-// bias; attn_output (+ optional bias); ffn_norm; ffn_gate/ffn_up/ffn_down. The options
+// bias; attn_output (+ optional bias); optional attn_sinks; ffn_norm; ffn_gate/ffn_up/ffn_down
+// (experts: with optional F32 biases of the router and of each expert's matrices). The options
 // add what some families require.
 struct BlockOptions {
   bool qk_norm = false;        // attn_q_norm / attn_k_norm, [head_dim]: RMSNorm per head
   bool post_norms = false;     // post_attention_norm / post_ffw_norm on each sublayer's output
   bool fused_gate_up = false;  // ffn_up holds the gate's rows then the up rows; no ffn_gate
   bool experts = false;        // ffn_gate_inp and ffn_{gate,up,down}_exps instead of the dense FFN
+  // The name of the norm before the FFN: gpt-oss's converter writes post_attention_norm
+  // (the checkpoint's post_attention_layernorm, which is that norm, not a post-norm).
+  const char* ffn_norm = "ffn_norm";
 };
 // <prefix>expert_count, expert_used_count, expert_feed_forward_length (default: the FFN
 // width) and expert_weights_norm into `c`; checked (used within count, count bounded).

@@ -69,12 +69,24 @@ std::vector<WeightView> expert_views(const Model& model, const std::string& name
   return out;
 }
 
+// An optional bias the forward pass adds as floats: F32 whatever its rank.
+WeightView f32_bias(const Model& model, const std::string& name, std::vector<uint64_t> dims) {
+  const WeightView w = model.weight(name, std::move(dims), /*required=*/false);
+  if (w && w.type != TensorType::F32)
+    throw Error(model.file().path() + ": tensor '" + name + "' is " + type_name(w.type) + "; biases must be F32");
+  return w;
+}
+
 void read_layer_experts(const Model& model, const std::string& b, LayerWeights& L) {
   const ModelConfig& c = model.config();
   L.ffn_gate_inp = model.weight(b + "ffn_gate_inp.weight", {c.dim, c.n_experts});
   L.gate_exps = expert_views(model, b + "ffn_gate_exps.weight", c.dim, c.expert_ffn_dim);
   L.up_exps = expert_views(model, b + "ffn_up_exps.weight", c.dim, c.expert_ffn_dim);
   L.down_exps = expert_views(model, b + "ffn_down_exps.weight", c.expert_ffn_dim, c.dim);
+  L.ffn_gate_inp_b = f32_bias(model, b + "ffn_gate_inp.bias", {c.n_experts});
+  L.gate_exps_b = f32_bias(model, b + "ffn_gate_exps.bias", {c.expert_ffn_dim, c.n_experts});
+  L.up_exps_b = f32_bias(model, b + "ffn_up_exps.bias", {c.expert_ffn_dim, c.n_experts});
+  L.down_exps_b = f32_bias(model, b + "ffn_down_exps.bias", {c.dim, c.n_experts});
 }
 
 }  // namespace
@@ -115,8 +127,9 @@ void read_blocks(Model& model, const BlockOptions& o) {
     }
     L.wo = model.weight(b + "attn_output.weight", {q_dim, dim});
     L.bo = optional(b + "attn_output.bias", {dim});
+    L.attn_sinks = optional(b + "attn_sinks.weight", {c.n_heads});
     if (o.post_norms) L.attn_post_norm = model.weight(b + "post_attention_norm.weight", {dim});
-    L.ffn_norm = model.weight(b + "ffn_norm.weight", {dim});
+    L.ffn_norm = model.weight(b + o.ffn_norm + ".weight", {dim});
     if (o.experts) {
       read_layer_experts(model, b, L);
     } else if (o.fused_gate_up) {

@@ -186,6 +186,8 @@ uint64_t Model::hash_weights() const {
     h.u64(float_bits(c.max_alibi_bias));
     h.u64(float_bits(c.clamp_kqv));
   }
+  if (c.ffn == Ffn::swiglu_clamped || c.expert_softmax_chosen)
+    for (float v : {c.swiglu_alpha, c.swiglu_limit, float(c.expert_softmax_chosen)}) h.u64(float_bits(v));
   if (c.embed_scale != 1 || c.attn_scale != 0 || c.attn_softcap != 0 || c.final_softcap != 0 || c.rope_theta_swa != 0)
     for (float v : {c.embed_scale, c.attn_scale, c.attn_softcap, c.final_softcap, c.rope_theta_swa}) h.u64(float_bits(v));
   h.u64(file_->tensors().size());

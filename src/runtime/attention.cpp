@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/attention_sink.h"
 #include "runtime/sliding_window.h"
 #include "runtime/soft_cap.h"
 
@@ -141,16 +142,18 @@ void Attention::prefetch(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n)
   });
 }
 
-void Attention::run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
-  if (flash_) tiled(pool, l, spans, q, out);
-  else direct(pool, l, spans, q, out);
+void Attention::run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+                    const float* sinks) {
+  if (flash_) tiled(pool, l, spans, q, out, sinks);
+  else direct(pool, l, spans, q, out, sinks);
 }
 
 // With the values transposed in the cache: one head per task, blocks of queries at a
 // time, as two gemms: S = Q K^T (then scaled, softmaxed over the keys each query may
 // see, zero elsewhere), and O = S V. On a sliding-window layer S covers only the keys
 // some query of the block sees.
-void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
+void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+                       const float* sinks) {
   const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd;
   const size_t group = c_.n_heads / c_.n_kv_heads;  // query heads sharing one KV head
   const float scale = attention_scale(c_), cap = c_.attn_softcap;
@@ -177,7 +180,8 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
             ops_.scale(row + first, scale, visible);
             if (cap > 0) soft_cap(row + first, visible, cap);
             if (!alibi_slope_.empty()) add_alibi(row + first, visible, alibi_slope_[h]);
-            ops_.softmax(row + first, visible);
+            if (sinks) softmax_with_sink(ops_, row + first, visible, sinks[h]);
+            else ops_.softmax(row + first, visible);
             std::fill(row + first + visible, row + n_keys, 0.0f);
           }
           scores_v(l, sp.seq, kvh, S, nb, lo, n_keys, &out[row0 * q_dim + h * hd], q_dim, tmp_of(tid), gathered_of(tid));
@@ -204,7 +208,8 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
           ops_.scale(S + i * n_keys, scale, n_keys);
           if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
           if (!alibi_slope_.empty()) add_alibi(S + i * n_keys, n_keys, alibi_slope_[h0 + i]);
-          ops_.softmax(S + i * n_keys, n_keys);
+          if (sinks) softmax_with_sink(ops_, S + i * n_keys, n_keys, sinks[h0 + i]);
+          else ops_.softmax(S + i * n_keys, n_keys);
         }
         scores_v(l, sp.seq, kvh, S, nh, lo, n_keys, &out[sp.row * q_dim + h0 * hd], hd, tmp_of(tid), gathered_of(tid));
       }
@@ -229,7 +234,8 @@ size_t Attention::tile_floats() const {
 // one KV head and a block of queries of one span, and walks the keys a block at a time,
 // keeping per row the running max m, the running sum l of exp(s - m) and the output
 // scaled to that max. Each key and value block is read once per task, whatever its type.
-void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out) {
+void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+                      const float* sinks) {
   const size_t hd = c_.head_dim, q_dim = size_t(c_.n_heads) * hd, group = c_.n_heads / c_.n_kv_heads;
   const float scale = attention_scale(c_), cap = c_.attn_softcap;
   const bool k_by_head = KvCache::is_one_value(k_type_) || hd % 32 == 0;
@@ -288,10 +294,14 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
       const size_t b0 = decode ? 0 : unit * nb_max, nb = std::min(nb_max, sp.n - b0), rows = nh * nb;
       // Row i is query head kvh * group + g0 + i / nb at batch position b0 + i % nb.
       const auto q_row = [&](size_t i) { return (sp.row + b0 + i % nb) * q_dim + (kvh * group + g0 + i / nb) * hd; };
+      // A sink starts the running softmax as a key of logit sinks[h] whose value is 0: the
+      // max is the sink, the sum exp(0) = 1, the output 0. Of a split query's slices only
+      // the first has it, so that the merge counts it once.
+      const bool sink = sinks && (!decode || unit == 0);
       for (size_t i = 0; i < rows; ++i) {
         std::copy_n(&q[q_row(i)], hd, Qs + i * hd);
         std::fill_n(O + i * hd, hd, 0.0f);
-        m[i] = -INFINITY, lsum[i] = 0.0f;
+        m[i] = sink ? sinks[kvh * group + g0 + i / nb] : -INFINITY, lsum[i] = sink ? 1.0f : 0.0f;
       }
       // Key positions from what the block's first query sees to what its last one sees,
       // in blocks that never cross the end of a ring.

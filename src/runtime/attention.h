@@ -45,8 +45,10 @@ class Attention {
 
   // out[row] = softmax(softcap(q[row] K^T * scale) (+ ALiBi)) V over the keys each query
   // sees in layer l; q and out are [rows][n_heads * head_dim]. scale: attention_scale(c),
-  // softcap: ModelConfig::attn_softcap (0: none).
-  void run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
+  // softcap: ModelConfig::attn_softcap (0: none). sinks ([n_heads], or nullptr): head h's
+  // softmax has one more logit, sinks[h], in its denominator, with no value (gpt-oss).
+  void run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+           const float* sinks = nullptr);
 
   const std::vector<float>& alibi_slopes() const { return alibi_slope_; }  // [n_heads], empty without ALiBi
 
@@ -68,8 +70,10 @@ class Attention {
   void prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const;  // n key rows from k
   void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
 
-  void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
-  void tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out);
+  void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+              const float* sinks);
+  void tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
+             const float* sinks);
   size_t tile_floats() const;
 
   const ModelConfig& c_;

@@ -4,8 +4,9 @@
 // A call processes a batch of tokens at once (prefill is matrix x matrix).
 // Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
 // optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
-// RoPE, GELU MLP or GeGLU, scaled embeddings, post-norms, a final soft-cap, a second RoPE
-// table for sliding-window layers (the attention's scale and soft-cap: runtime/attention.h).
+// RoPE, GELU MLP, GeGLU or clamped SwiGLU, scaled embeddings, post-norms, a final soft-cap,
+// a second RoPE table for sliding-window layers (the attention's scale, soft-cap and sinks:
+// runtime/attention.h).
 #include "runtime/forward.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "runtime/kv_compaction.h"
 #include "runtime/rope.h"
 #include "runtime/soft_cap.h"
+#include "runtime/swiglu_clamped.h"
 #include "util/hash64.h"
 
 namespace kiln {
@@ -242,12 +244,13 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
         }
         kv.store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
       }
-    attention.run(pool, l, spans, q.data(), att.data());
+    attention.run(pool, l, spans, q.data(), att.data(), static_cast<const float*>(L.attn_sinks.data));
     if (scores)
       accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
                                    attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
                                    attention_scale(c), c.attn_softcap, scores->scratch.data(),
-                                   scores->head_acc.data(), scores->total.data()},
+                                   scores->head_acc.data(), scores->total.data(),
+                                   static_cast<const float*>(L.attn_sinks.data)},
                                   ops, pool);
     matmul(L.wo, att.data(), xb.data(), B);
     add_bias(xb.data(), L.bo, dim, B);
@@ -261,6 +264,9 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
       if (c.ffn == Ffn::swiglu) {
         matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
         for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * ffn], &hb2[b * ffn], &hb[b * ffn], ffn);
+      } else if (c.ffn == Ffn::swiglu_clamped) {
+        matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
+        swiglu_clamped(hb.data(), hb2.data(), hb.data(), B * ffn, c.swiglu_alpha, c.swiglu_limit);
       } else if (c.ffn == Ffn::geglu) {  // gelu(gate) * up
         matmuls(xb.data(), B, {{L.w_gate, hb.data()}, {L.w_up, hb2.data()}});
         ops.gelu(hb.data(), hb.data(), B * ffn);

@@ -1,7 +1,7 @@
 // The mixture-of-experts FFN (Shazeer et al. 2017; Mixtral, Qwen3-MoE): a router scores
-// every expert for each token, the top n_experts_used run as SwiGLU FFNs, and the token's
-// output is their sum weighted by the router's softmax (renormalized over the chosen ones
-// when the model says so). A batch is grouped by expert, so each chosen expert's
+// every expert for each token, the top n_experts_used run as SwiGLU FFNs (clamped, with
+// biases: gpt-oss), and the token's output is their sum weighted by the router's softmax
+// (renormalized over the chosen ones when the model says so, or over the chosen logits). A batch is grouped by expert, so each chosen expert's
 // matrices are read once for all the tokens routed to it, and an expert no token chose
 // is not read at all.
 //
@@ -12,30 +12,41 @@
 #include <numeric>
 
 #include "runtime/forward.h"
+#include "runtime/swiglu_clamped.h"
 
 namespace kiln {
 
 void Forward::moe_ffn(const LayerWeights& L, size_t B) {
   const size_t dim = c.dim, ffn = c.expert_ffn_dim, n_exp = c.n_experts, n_used = c.n_experts_used;
   matmul(L.ffn_gate_inp, xb.data(), router.data(), B);
+  add_bias(router.data(), L.ffn_gate_inp_b, n_exp, B);
 
-  // Routing: softmax over all experts, the n_used most probable (ties: the lower index),
-  // in descending order.
+  // Routing: the n_used experts of highest score (ties: the lower index), in descending
+  // order. Scores are the softmax over all experts, the chosen ones' weights renormalized
+  // or not; or (expert_softmax_chosen) the router logits themselves, the same ranking,
+  // weighted by the softmax over the chosen logits alone.
   std::vector<int32_t>& order = expert_order;
   for (size_t b = 0; b < B; ++b) {
     float* p = &router[b * n_exp];
-    const float max = *std::max_element(p, p + n_exp);
-    double sum = 0;
-    for (size_t e = 0; e < n_exp; ++e) sum += (p[e] = std::exp(p[e] - max));
-    for (size_t e = 0; e < n_exp; ++e) p[e] = float(p[e] / sum);
+    if (!c.expert_softmax_chosen) {
+      const float max = *std::max_element(p, p + n_exp);
+      double sum = 0;
+      for (size_t e = 0; e < n_exp; ++e) sum += (p[e] = std::exp(p[e] - max));
+      for (size_t e = 0; e < n_exp; ++e) p[e] = float(p[e] / sum);
+    }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + ptrdiff_t(n_used), order.end(),
                       [&](int32_t a, int32_t z) { return p[a] > p[z] || (p[a] == p[z] && a < z); });
-    double chosen = 0;
-    for (size_t j = 0; j < n_used; ++j) chosen += p[order[j]];
-    for (size_t j = 0; j < n_used; ++j) {
-      route_expert[b * n_used + j] = order[j];
-      route_weight[b * n_used + j] = c.expert_weights_norm ? float(p[order[j]] / chosen) : p[order[j]];
+    float* w = &route_weight[b * n_used];
+    for (size_t j = 0; j < n_used; ++j) route_expert[b * n_used + j] = order[j], w[j] = p[order[j]];
+    if (c.expert_softmax_chosen) {
+      double sum = 0;
+      for (size_t j = 0; j < n_used; ++j) sum += (w[j] = std::exp(w[j] - p[order[0]]));  // order[0]: the max
+      for (size_t j = 0; j < n_used; ++j) w[j] = float(w[j] / sum);
+    } else if (c.expert_weights_norm) {
+      double chosen = 0;
+      for (size_t j = 0; j < n_used; ++j) chosen += w[j];
+      for (size_t j = 0; j < n_used; ++j) w[j] = float(w[j] / chosen);
     }
   }
 
@@ -62,10 +73,24 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
     expert_jobs.push_back({&L.gate_exps[e], &expert_in[row0 * dim], n, &hb[row0 * ffn]});
     expert_jobs.push_back({&L.up_exps[e], &expert_in[row0 * dim], n, &hb2[row0 * ffn]});
   });
-  for (size_t r = 0; r < B * n_used; ++r) ops.swiglu(&hb[r * ffn], &hb2[r * ffn], &hb[r * ffn], ffn);
+  // Expert e's biases (row e of each bias tensor) on the rows routed to it.
+  const auto add_expert_bias = [&](const WeightView& bias, float* y, size_t width) {
+    if (!bias) return;
+    for (size_t e = 0; e < n_exp; ++e) {
+      const float* be = static_cast<const float*>(bias.data) + e * width;
+      for (size_t r = expert_start[e]; r < expert_start[e + 1]; ++r) ops.add(y + r * width, be, y + r * width, width);
+    }
+  };
+  add_expert_bias(L.gate_exps_b, hb.data(), ffn);
+  add_expert_bias(L.up_exps_b, hb2.data(), ffn);
+  if (c.ffn == Ffn::swiglu_clamped)
+    swiglu_clamped(hb.data(), hb2.data(), hb.data(), B * n_used * ffn, c.swiglu_alpha, c.swiglu_limit);
+  else
+    for (size_t r = 0; r < B * n_used; ++r) ops.swiglu(&hb[r * ffn], &hb2[r * ffn], &hb[r * ffn], ffn);
   each_chosen_expert([&](size_t e, size_t row0, size_t n) {
     expert_jobs.push_back({&L.down_exps[e], &hb[row0 * ffn], n, &expert_y[row0 * dim]});
   });
+  add_expert_bias(L.down_exps_b, expert_y.data(), dim);
 
   for (size_t b = 0; b < B; ++b) {
     float* out = &xb[b * dim];

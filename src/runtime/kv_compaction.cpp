@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "runtime/attention_sink.h"
 #include "runtime/soft_cap.h"
 
 namespace kiln {
@@ -65,7 +66,8 @@ void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops
           if (a.softcap > 0) soft_cap(row, visible, a.softcap);
           if (a.alibi_slope)  // as the attention adds it: slope * (j - (visible - 1))
             for (size_t j = 0; j < visible; ++j) row[j] += a.alibi_slope[h] * float(int64_t(j) - int64_t(visible - 1));
-          ops.softmax(row, visible);
+          if (a.sinks) softmax_with_sink(ops, row, visible, a.sinks[h]);
+          else ops.softmax(row, visible);
           ops.add(acc, row, acc, visible);
         }
       }

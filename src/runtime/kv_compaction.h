@@ -24,7 +24,7 @@ void kept_positions(int32_t n_past, std::span<const int32_t> evicted, std::vecto
 // exactly that distance.
 void turn_back(const float* cos_sin, size_t n_pairs, float* out);
 
-// H2O scores: softmax(softcap(q k^T * scale) (+ ALiBi)) of the B new queries of one layer, summed
+// H2O scores: softmax(softcap(q k^T * scale) (+ ALiBi), sink) of the B new queries of one layer, summed
 // over the queries and heads into total[0, pos0 + B). A pass of its own, after attention,
 // so the direct and the tiled attention need no change and every cache type works; it
 // recomputes Q K^T (the cost of tracking). Deterministic whatever the thread count: a
@@ -43,6 +43,7 @@ struct AttentionScorePass {
   float* scratch;            // [n_threads][scratch_floats(n_ctx, head_dim)]
   float* head_acc;           // [n_heads][n_ctx]
   float* total;              // [n_ctx]
+  const float* sinks = nullptr;  // [n_heads]: each head's sink logit (gpt-oss), or nullptr
 };
 size_t attention_score_scratch_floats(size_t n_ctx, size_t head_dim);
 void accumulate_attention_scores(const AttentionScorePass& a, const kernels::Ops& ops, ThreadPool& pool);

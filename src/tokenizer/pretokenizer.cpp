@@ -21,6 +21,18 @@ const std::string kLlama3 =
 // Qwen2: as Llama 3 but every digit alone.
 const std::string kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (GPT-4o, gpt-oss; tokenizer.ggml.pre "gpt-4o"): words split at case changes, a
+// run of capitals, then lower-case letters, each with an optional leading non-letter and
+// an optional contraction; numbers in groups of at most three; punctuation runs that keep
+// following newlines and slashes. The published pattern's classes ([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+// for capitals, [\p{Ll}\p{Lm}\p{Lo}\p{M}] for small letters) are written here as llama.cpp
+// runs them, which is what GGUF users get: a capital is any letter but a-z, a small letter
+// any letter but A-Z (so every letter outside ASCII is both), and marks join no word.
+const std::string kO200kUpper = R"((?:(?=\p{L})[^a-z]))", kO200kLower = R"((?:(?=\p{L})[^A-Z]))";
+const std::string kO200kContraction = R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?)";
+const std::string kO200k = R"([^\r\n\p{L}\p{N}]?)" + kO200kUpper + "*" + kO200kLower + "+" + kO200kContraction +
+                           R"(|[^\r\n\p{L}\p{N}]?)" + kO200kUpper + "+" + kO200kLower + "*" + kO200kContraction +
+                           R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // DeepSeek LLM's cased-letter class, written as code points: the tokenizer.json spells
 // some range ends with characters that Unicode normalization would turn into others
 // (U+1F7D, U+1FD3, U+1FDB, U+1FBE, U+2126, U+212A), and a normalized copy has
@@ -70,6 +82,7 @@ const std::initializer_list<Family>& families() {
       // the GPT-2 split, then numbers cut into threes.
       {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, R"([0-9][0-9][0-9])"}},
       {{"starcoder", "refact", "command-r", "smollm"}, {R"(\p{N})", kGpt2}},
+      {{"gpt-4o", "llama4"}, {kO200k}},
   };
   return table;
 }

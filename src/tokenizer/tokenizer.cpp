@@ -36,12 +36,24 @@ bool Tokenizer::is_eog(int32_t id) const {
   // Chat models end a turn with a marker that the GGUF does not always name as EOS/EOT;
   // generation must stop there anyway. Only control tokens count, so user text that
   // happens to spell a marker never ends generation.
-  static constexpr std::array<std::string_view, 12> kEndMarkers = {
+  static constexpr std::array<std::string_view, 13> kEndMarkers = {
       "</s>",          "<|endoftext|>", "<|im_end|>",   "<|eot_id|>",
       "<|eom_id|>",    "<|end|>",       "<end_of_turn>", "<|end_of_text|>",
       "<EOT>",         "<|END_OF_TURN_TOKEN|>", "<|return|>", "<|end_of_turn|>",
+      "<|call|>",
   };
   const std::string& text = vocab_.tokens[(size_t)id];
+  // gpt-oss's harmony format ends a reply with <|return|> (or <|call|> for a tool call);
+  // its <|end|> only closes one message of the reply (the chain of thought before the
+  // final answer), so with both of those in the vocabulary it ends nothing, as in llama.cpp.
+  if (text == "<|end|>") {
+    const auto control = [&](std::string_view t) {
+      for (size_t i = 0; i < vocab_.tokens.size(); ++i)
+        if (vocab_.tokens[i] == t && vocab_.types[i] == TokenType::control) return true;
+      return false;
+    };
+    return !(control("<|return|>") && control("<|call|>"));
+  }
   for (std::string_view m : kEndMarkers) {
     if (text == m) return true;
   }

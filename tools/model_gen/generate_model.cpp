@@ -54,6 +54,24 @@ const ModelShape kShapes[] = {
     {.name = "qwen3moe-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 32, .n_experts = 8, .n_experts_used = 2,
      .expert_ffn_dim = 48},
+    // gpt-oss-20b's layout (24 layers of width 2880, 64 query heads of 64 over 8 KV heads,
+    // 32 experts of width 2880 with 4 used, window 128 on even layers, base 150000, YaRN x32
+    // of 4096) at the tiny width: head size 32 on 4 heads over 2, 8 experts of 64 with 2
+    // used, window 6 (the prompts are longer), YaRN x32 of an original context of 64 so
+    // that its ramp acts within the prompt. The experts' gate and up matrices have std 0.5
+    // so that the SwiGLU's clamp at 7 cuts some activations.
+    {.name = "gpt-oss-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 64, .n_ctx = 2048,
+     .rope_theta = 150000.0f, .rms_eps = 1e-5f, .arch = "gpt-oss", .biases = true, .swa_window = 6, .head_dim = 32,
+     .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 64, .rope_yarn = 32.0f, .rope_yarn_orig_ctx = 64,
+     .expert_gate_up_std = 0.5f, .tokenizer_pre = "gpt-4o"},
+    // gpt-oss-20b scaled to ~1.2B weights besides the embeddings, with its share active (4
+    // of 32 experts: 12.5% of the expert weights, 0.18B of the block weights a token): width
+    // 1024, 12 layers, 16 query heads of 64 over 2 (8:1 as the real model), window 128,
+    // YaRN x32 of 128 in a context of 4096. For benchmarks; no test runs it.
+    {.name = "gpt-oss-1.2b-a0.2b", .dim = 1024, .n_layers = 12, .n_heads = 16, .n_kv_heads = 2, .ffn_dim = 1024,
+     .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .arch = "gpt-oss", .biases = true, .swa_window = 128,
+     .head_dim = 64, .n_experts = 32, .n_experts_used = 4, .expert_ffn_dim = 1024, .rope_yarn = 32.0f,
+     .rope_yarn_orig_ctx = 128, .tokenizer_pre = "gpt-4o"},
     // Llama 3.1: base 500000, rope_freqs.weight (kiln-gen --tied for Llama 3.2's tied
     // output). The factors are computed for an original context of 64 instead of 8192, so
     // that they act on pairs that turn noticeably within a short prompt.
@@ -88,7 +106,8 @@ const ModelShape kShapes[] = {
 
 bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
 bool rope_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "phi3" || is_gemma(arch);
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "phi3" ||
+         arch == "gpt-oss" || is_gemma(arch);
 }
 uint32_t head_dim_of(const ModelShape& s) { return s.head_dim ? s.head_dim : s.dim / s.n_heads; }
 
@@ -193,8 +212,10 @@ void check_shape(const ModelShape& s) {
   if (s.arch == "mpt" && s.swa_window > 0) bad("mpt files have no sliding window");
   if (s.longrope_orig_ctx && s.arch != "phi3") bad("LongRoPE is for phi3 shapes");
   if (s.longrope_orig_ctx && s.n_ctx <= s.longrope_orig_ctx) bad("LongRoPE's original context must be below context_length");
-  if (s.arch == "qwen3moe" && !s.n_experts) bad("qwen3moe needs experts");
-  if (s.n_experts && s.arch != "qwen3moe" && s.arch != "llama") bad("experts are for qwen3moe and llama (Mixtral) shapes");
+  if ((s.arch == "qwen3moe" || s.arch == "gpt-oss") && !s.n_experts) bad(s.arch + " needs experts");
+  if (s.arch == "gpt-oss" && (!s.swa_window || s.swa_pattern)) bad("gpt-oss slides a window on even layers, no pattern key");
+  if (s.n_experts && s.arch != "qwen3moe" && s.arch != "llama" && s.arch != "gpt-oss")
+    bad("experts are for qwen3moe, gpt-oss and llama (Mixtral) shapes");
   if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts || !s.expert_ffn_dim))
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
@@ -269,11 +290,19 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
       w.set(a + "rope.scaling.attn_factor", Value::of_f32(float(std::sqrt(1 + std::log(scale) / std::log(orig)))));
       w.set(a + "rope.scaling.original_context_length", Value::of_u32(s.longrope_orig_ctx));
     }
+    if (s.rope_yarn > 0) {
+      w.set(a + "rope.scaling.type", Value::of_string("yarn"));
+      w.set(a + "rope.scaling.factor", Value::of_f32(s.rope_yarn));
+      w.set(a + "rope.scaling.original_context_length", Value::of_u32(s.rope_yarn_orig_ctx));
+      w.set(a + "rope.scaling.yarn_beta_fast", Value::of_f32(32.0f));
+      w.set(a + "rope.scaling.yarn_beta_slow", Value::of_f32(1.0f));
+    }
     if (s.attn_softcap > 0) w.set(a + "attn_logit_softcapping", Value::of_f32(s.attn_softcap));
     if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", Value::of_f32(s.final_softcap));
   }
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   write_tokenizer(w);
+  if (!s.tokenizer_pre.empty()) w.set("tokenizer.ggml.pre", Value::of_string(s.tokenizer_pre));
 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
   const double residual_half_width = o.residual_std > 0 ? o.residual_std * std::sqrt(3.0) : half_width;
@@ -286,9 +315,20 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   // [n_experts][rows][cols], as the converter stacks the experts' matrices.
   auto experts = [&](const std::string& name, uint64_t rows, uint64_t cols) {
     const bool writes_residual = name.ends_with("ffn_down_exps.weight");
+    const double gate_up_half_width = s.expert_gate_up_std > 0 ? s.expert_gate_up_std * std::sqrt(3.0) : half_width;
     w.add_tensor(name, o.type, {cols, rows, s.n_experts},
-                 random_tensor(o.type, rows * cols * s.n_experts, 0.0, writes_residual ? residual_half_width : half_width,
-                               stream_seed(o.seed, name)));
+                 random_tensor(o.type, rows * cols * s.n_experts, 0.0,
+                               writes_residual ? residual_half_width : gate_up_half_width, stream_seed(o.seed, name)));
+  };
+  // gpt-oss: [n_experts][n] biases (F32, as a converter keeps every bias), and one sink
+  // logit per head, uniform in [-1, 3]: of the order of the attention scores, so that
+  // they take a visible share of each softmax.
+  auto expert_bias = [&](const std::string& name, uint64_t n) {
+    w.add_tensor(name, TensorType::F32, {n, s.n_experts},
+                 random_tensor(TensorType::F32, n * s.n_experts, 0.0, half_width, stream_seed(o.seed, name)));
+  };
+  auto sinks = [&](const std::string& name) {
+    w.add_tensor(name, TensorType::F32, {s.n_heads}, random_tensor(TensorType::F32, s.n_heads, 1.0, 2.0, stream_seed(o.seed, name)));
   };
   auto norm = [&](const std::string& name, uint64_t n = 0) {
     n = n ? n : s.dim;
@@ -301,7 +341,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
                  kv_dim = uint64_t(s.n_kv_heads) * head_dim, ffn = s.ffn_dim;
-  const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3";
+  const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3", gpt_oss = s.arch == "gpt-oss";
   const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
   norm("output_norm.weight");
@@ -352,13 +392,23 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
       norm(b + "attn_k_norm.weight", head_dim);
     }
     matrix(b + "attn_output.weight", dim, q_dim);
+    if (gpt_oss) {
+      bias(b + "attn_output.bias", dim);
+      sinks(b + "attn_sinks.weight");
+    }
     if (post_norms) norm(b + "post_attention_norm.weight");
-    norm(b + "ffn_norm.weight");
+    norm(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"));  // gpt-oss: the norm before the FFN
     if (s.n_experts) {
       matrix(b + "ffn_gate_inp.weight", s.n_experts, dim);
       experts(b + "ffn_gate_exps.weight", s.expert_ffn_dim, dim);
       experts(b + "ffn_up_exps.weight", s.expert_ffn_dim, dim);
       experts(b + "ffn_down_exps.weight", dim, s.expert_ffn_dim);
+      if (gpt_oss) {
+        bias(b + "ffn_gate_inp.bias", s.n_experts);
+        expert_bias(b + "ffn_gate_exps.bias", s.expert_ffn_dim);
+        expert_bias(b + "ffn_up_exps.bias", s.expert_ffn_dim);
+        expert_bias(b + "ffn_down_exps.bias", dim);
+      }
       continue;
     }
     if (phi3) {
@@ -401,7 +451,7 @@ gguf::Writer build_model(const GenerateOptions& o, const gguf::File& vocab) {
 gguf::Writer build_model(const GenerateOptions& o, const Vocab& vocab) {
   if (vocab.tokens.empty()) throw Error("the vocabulary has no tokens");
   // A file whose tokenizer would split text otherwise than its source is refused.
-  if (vocab.model == "gpt2" && vocab.pre == "tokenizer.json")
+  if (vocab.model == "gpt2" && vocab.pre == "tokenizer.json" && o.shape.tokenizer_pre.empty())
     throw Error("the tokenizer.json's pre-tokenizer has no tokenizer.ggml.pre name (known: " +
                 Pretokenizer::supported_ggml_pre() + ")");
   if (vocab.model == "llama" && vocab.scores.empty()) {

@@ -1,6 +1,6 @@
 #pragma once
-// GGUF files of every family kiln runs (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3,
-// mpt) with seeded random weights of a real model's shape: the benchmark stand-in for
+// GGUF files of every family kiln runs (llama, qwen2, qwen3, qwen3moe, gemma, gemma2,
+// gemma3, phi3, mpt, gpt-oss) with seeded random weights of a real model's shape: the benchmark stand-in for
 // models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
 // reference logits were computed on (tests/data/families).
 // Used by tools/kiln-gen.cpp and tests (library kiln_model_gen, outside the engine); the numbers are noise, the shapes and the file
@@ -55,6 +55,16 @@ struct ModelShape {
   // expert_feed_forward_length; each block's FFN is ffn_gate_inp and the 3-D
   // ffn_{gate,up,down}_exps instead of the dense matrices. 0: dense.
   uint32_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0;
+  // When not 0: rope.scaling.type yarn with this factor, for this original context
+  // (rope.scaling.original_context_length), and the beta keys a converter writes (32, 1).
+  float rope_yarn = 0.0f;
+  uint32_t rope_yarn_orig_ctx = 0;
+  // gpt-oss: standard deviation of the experts' gate and up matrices (0: weight_std), so
+  // that a test's activations reach the clamped SwiGLU's limit.
+  float expert_gate_up_std = 0.0f;
+  // When not empty: tokenizer.ggml.pre, whatever the vocabulary's source says (gpt-oss's
+  // converter writes "gpt-4o", the name of o200k's split, for every gpt-oss file).
+  std::string tokenizer_pre = "";
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",

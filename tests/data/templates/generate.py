@@ -15,6 +15,11 @@ usage: /usr/bin/python3 tests/data/templates/generate.py      (needs Debian's py
    called raise_exception, "error: <Type>: <message>" when Jinja2 failed otherwise.
    expected/conversations.json holds every conversation (messages,
    add_generation_prompt, extra context) for tests/chat_template_test.cpp.
+4. Templates whose rendering depends on the date (gpt-oss's): rendered with the date
+   DATED into expected-dated/ instead, with DATED_CONVS too (expected-dated/conversations.json).
+
+openai-gpt-oss-120b.jinja is gpt-oss's published template as llama.cpp's repository
+keeps it (models/templates/, commit dc02e1f83), copied unchanged.
 
 The hand-written templates here (chatml, zephyr-7b-beta, tinyllama-1.1b-chat-v1.0,
 mistral-7b-instruct-v0.1, phi-3-mini-4k-instruct, llama-2-7b-chat) are those models'
@@ -57,6 +62,26 @@ EXTRA_CONVS = {
     "think": ([{"role": "user", "content": "What is 2+2?"},
                {"role": "assistant", "content": "<think>\nSimple arithmetic.\n</think>\n\n2 + 2 = 4."},
                {"role": "user", "content": "And 3+3?"}], True, {"enable_thinking": False}),
+}
+
+
+# Templates whose text depends on the date (gpt-oss's system message states it) are
+# rendered once more with strftime_now() returning DATED, into expected-dated/, for every
+# conversation plus DATED_CONVS; the test puts today's date where kiln wrote it.
+DATED = "2026-12-02"
+DATED_CONVS = {
+    # gpt-oss's harmony format: a developer message, the reasoning effort, the builtin
+    # tools, an assistant turn with its chain of thought ("thinking"), a tool call.
+    "harmony": ([{"role": "developer", "content": "Answer briefly."},
+                 {"role": "user", "content": "What is 2+2?"},
+                 {"role": "assistant", "content": "4", "thinking": "Simple arithmetic."},
+                 {"role": "user", "content": "Weather in Paris?"},
+                 {"role": "assistant", "content": "", "thinking": "Call the tool.", "tool_calls": [
+                     {"id": "c1", "type": "function",
+                      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                 {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21 C"}], True,
+                {"reasoning_effort": "high", "builtin_tools": ["browser", "python"],
+                 "model_identity": "You are a test model.", "tools": TOOLS}),
 }
 
 
@@ -154,6 +179,14 @@ def main():
     convs.update(EXTRA_CONVS)
     json.dump({k: {"messages": m, "add_generation_prompt": a, "context": x} for k, (m, a, x) in convs.items()},
               open(os.path.join(out_dir, "conversations.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
+    dated_dir = os.path.join(HERE, "expected-dated")
+    os.makedirs(dated_dir, exist_ok=True)
+    for old in os.listdir(dated_dir):
+        os.remove(os.path.join(dated_dir, old))
+    dated_convs = dict(convs)
+    dated_convs.update(DATED_CONVS)
+    json.dump({k: {"messages": m, "add_generation_prompt": a, "context": x} for k, (m, a, x) in dated_convs.items()},
+              open(os.path.join(dated_dir, "conversations.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
     sources = [(os.path.join(SHARED, "templates"), n) for n in sorted(os.listdir(os.path.join(SHARED, "templates")))]
     sources += [(HERE, n) for n in sorted(os.listdir(HERE))]
     for folder, name in sources:
@@ -169,7 +202,13 @@ def main():
             try:
                 text = one("02 Dec 2026")
                 if text != one("15 Jan 2031"):
-                    print(f"skip {name} {conv}: depends on the date")
+                    print(f"{name} {conv}: depends on the date, written to expected-dated/")
+                    for dconv, (dm, da, dx) in ([(conv, convs[conv])] +
+                                                (list(DATED_CONVS.items()) if conv == "hello" else [])):
+                        text = (rt.render(src, dm, da, DATED) if dconv in rt.CONVS
+                                else render_extra(src, dm, da, DATED, dx))
+                        open(os.path.join(dated_dir, f"{name[:-6]}.{dconv}.txt"), "w", encoding="utf-8",
+                             newline="").write(text)
                     continue
                 open(stem + ".txt", "w", encoding="utf-8", newline="").write(text)
             except TemplateError as e:
