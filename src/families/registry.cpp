@@ -13,6 +13,7 @@ constexpr Architecture kArchitectures[] = {
     {"gemma3", load_gemma3},
     {"phi3", load_phi3},
     {"mpt", load_mpt},
+    {"mamba2", load_mamba2},
 };
 
 }  // namespace

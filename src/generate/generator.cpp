@@ -44,6 +44,10 @@ void Generator::set_context_shift(bool enabled, int32_t n_keep) {
 
 void Generator::set_speculative(Drafter* drafter, const SpeculativeParams& params) {
   if (drafter) validate(params);
+  // Rejected drafts are undone by truncating the cache; a recurrent state would have to be
+  // recomputed from the start each time (a snapshot per draft position: not yet).
+  if (drafter && session_.recurrent_state_bytes() > 0)
+    throw Error("speculative decoding does not support models with recurrent (SSM) layers yet");
   drafter_ = drafter;
   spec_params_ = params;
   spec_ = drafter ? std::make_unique<SpecController>(params) : nullptr;

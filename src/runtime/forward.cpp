@@ -6,6 +6,8 @@
 // optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
 // RoPE, GELU MLP or GeGLU, scaled embeddings, post-norms, a final soft-cap, a second RoPE
 // table for sliding-window layers (the attention's scale and soft-cap: runtime/attention.h).
+// A layer whose mixer is a Mamba-2 SSM (ModelConfig::layer_mixer) runs it instead of
+// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN.
 #include "runtime/forward.h"
 
 #include <algorithm>
@@ -41,9 +43,9 @@ uint64_t rope_identity(const RopeConfig& r, const RopeConfig& model_default) {
 }  // namespace
 
 Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv_store,
-                 ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash)
+                 ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& recurrent)
     : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
-      attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store) {
+      attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store), state(recurrent) {
   const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv.format().kv_dim;
   x.resize(B * c.dim);
   xb.resize(B * c.dim);
@@ -65,6 +67,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
     expert_order.resize(c.n_experts);
     expert_jobs.reserve(2 * c.n_experts);
   }
+  if (!state.empty()) {
+    ssm_proj.resize(B * (c.ssm_d_inner + c.ssm_conv_dim() + c.ssm_n_heads));
+    ssm_y.resize(B * c.ssm_d_inner);
+  }
   size_t max_rows = m.output.rows;
   const auto size_for = [&](const WeightView& w) {
     if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
@@ -72,7 +78,8 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   };
   size_for(m.output);
   for (const LayerWeights& L : m.layers) {
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp}) size_for(*w);
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp, &L.ssm_in, &L.ssm_out})
+      size_for(*w);
     for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
       for (const WeightView& w : *experts) size_for(w);
   }
@@ -217,42 +224,47 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     const LayerWeights& L = model.layers[l];
     norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
 
-    matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
-    add_bias(q.data(), L.bq, q_dim, B);
-    add_bias(k.data(), L.bk, kv_dim, B);
-    add_bias(v.data(), L.bv, kv_dim, B);
-    if (c.clamp_kqv > 0) {  // MPT's clip_qkv, which bounded the attention logits in training
-      const auto clamp = [&](std::vector<float>& t, size_t n) {
-        for (size_t i = 0; i < B * n; ++i) t[i] = std::clamp(t[i], -c.clamp_kqv, c.clamp_kqv);
-      };
-      clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
-    }
-    if (L.q_norm) {  // over each token's whole Q and K rows (qk_ln), or over each head
-      const size_t qn = L.q_norm.cols, kn = L.k_norm.cols;
-      norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), qn, B * q_dim / qn);
-      norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
-    }
-    const std::vector<float>& rope = rope_table(l);
-    for (const QuerySpan& sp : spans)
-      for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
-        if (c.positions == Positions::rope) {
-          const float* cs = &rope[pos * (c.n_rot / 2) * 2];
-          ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
-          ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
-        }
-        kv.store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
+    if (c.is_ssm(l)) {
+      ssm_mixer(L, l, spans, B);
+    } else {
+      matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
+      add_bias(q.data(), L.bq, q_dim, B);
+      add_bias(k.data(), L.bk, kv_dim, B);
+      add_bias(v.data(), L.bv, kv_dim, B);
+      if (c.clamp_kqv > 0) {  // MPT's clip_qkv, which bounded the attention logits in training
+        const auto clamp = [&](std::vector<float>& t, size_t n) {
+          for (size_t i = 0; i < B * n; ++i) t[i] = std::clamp(t[i], -c.clamp_kqv, c.clamp_kqv);
+        };
+        clamp(q, q_dim), clamp(k, kv_dim), clamp(v, kv_dim);
       }
-    attention.run(pool, l, spans, q.data(), att.data());
-    if (scores)
-      accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
-                                   attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
-                                   attention_scale(c), c.attn_softcap, scores->scratch.data(),
-                                   scores->head_acc.data(), scores->total.data()},
-                                  ops, pool);
-    matmul(L.wo, att.data(), xb.data(), B);
-    add_bias(xb.data(), L.bo, dim, B);
-    if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
+      if (L.q_norm) {  // over each token's whole Q and K rows (qk_ln), or over each head
+        const size_t qn = L.q_norm.cols, kn = L.k_norm.cols;
+        norm_rows(q.data(), L.q_norm, L.q_norm_b, q.data(), qn, B * q_dim / qn);
+        norm_rows(k.data(), L.k_norm, L.k_norm_b, k.data(), kn, B * kv_dim / kn);
+      }
+      const std::vector<float>& rope = rope_table(l);
+      for (const QuerySpan& sp : spans)
+        for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
+          if (c.positions == Positions::rope) {
+            const float* cs = &rope[pos * (c.n_rot / 2) * 2];
+            ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
+            ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
+          }
+          kv.store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
+        }
+      attention.run(pool, l, spans, q.data(), att.data());
+      if (scores)
+        accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
+                                     attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
+                                     attention_scale(c), c.attn_softcap, scores->scratch.data(),
+                                     scores->head_acc.data(), scores->total.data()},
+                                    ops, pool);
+      matmul(L.wo, att.data(), xb.data(), B);
+      add_bias(xb.data(), L.bo, dim, B);
+      if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
+    }
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+    if (!L.ffn_norm) continue;  // a block that is its mixer alone (Mamba-2)
 
     norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
     if (L.ffn_gate_inp) {
