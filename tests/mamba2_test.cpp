@@ -1,6 +1,6 @@
 // Mamba-2 beyond the reference logits of families_test: the recurrent state through the
-// Session API (it continues across calls, a truncation goes back to the prompt's snapshot
-// or recomputes, forks carry it, session files save and restore it, context shifts and
+// Session API (it continues across calls, a truncation goes back to a checkpoint or
+// recomputes, speculative decoding re-runs what a refused draft undid, forks carry it, session files save and restore it, context shifts and
 // eviction leave it alone), malformed files, `kiln info`, and `kiln perplexity` against
 // llama-perplexity on the reference file (tests/data/families/README.md).
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
+#include "kiln/speculative.h"
 #include "model_gen/generate_model.h"
 #include "test_util.h"
 
@@ -96,21 +97,22 @@ TEST(Mamba2, StateIsCarriedAcrossCallsAndMatters) {
 }
 
 // A chat turn re-rendering part of the reply: the state cannot be cut back, so the
-// session returns to the snapshot taken after the prompt and the caller runs the rest
-// again; before the snapshot, everything is forgotten.
-TEST(Mamba2, TruncationGoesBackToThePromptSnapshotOrToNothing) {
+// session returns to the checkpoint taken after the prompt and the caller runs the rest
+// again; before the checkpoint, everything is forgotten.
+TEST(Mamba2, TruncationGoesBackToTheCheckpointOrToNothing) {
   const std::vector<int32_t> prompt = tokens(12), reply = tokens(6, 3), other = tokens(4, 4);
   Session s(tiny(), params());
   s.decode(prompt);
+  s.checkpoint();  // as Generator does after a prompt
   for (int32_t t : reply) s.decode(std::span(&t, 1));
   ASSERT_EQ(s.n_past(), 18);
   s.truncate(15);
-  EXPECT_EQ(s.n_past(), 12) << "back to the end of the prompt, not to 15";
+  EXPECT_EQ(s.n_past(), 12) << "back to the checkpoint at the end of the prompt, not to 15";
   const std::vector<int32_t> redo(reply.begin(), reply.begin() + 3);
   s.decode(redo);
-  expect_same(copy(s.decode(other)), fresh(concat(concat(prompt, redo), other)), "after the snapshot");
+  expect_same(copy(s.decode(other)), fresh(concat(concat(prompt, redo), other)), "after the checkpoint");
   s.truncate(5);
-  EXPECT_EQ(s.n_past(), 0) << "before the snapshot: recomputed from scratch";
+  EXPECT_EQ(s.n_past(), 0) << "before the checkpoint: recomputed from scratch";
   const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 5);
   s.decode(head);
   expect_same(copy(s.decode(other)), fresh(concat(head, other)), "from scratch");
@@ -355,4 +357,37 @@ TEST(Mamba2, ServerSlotsKeepEachRequestsState) {
   int32_t cached = -1;
   EXPECT_EQ(engine_text(engine, a, 10, &cached), want_a) << "the same prompt again";
   EXPECT_EQ(cached, 0);
+}
+
+// Speculative decoding: the verification's refused drafts are undone by going back to the
+// checkpoint before it and re-running the accepted tokens. Greedy output is the plain
+// output, with a draft that agrees (the model itself), one that mostly does not (another
+// seed) and n-grams.
+TEST(Mamba2, SpeculativeDecodingKeepsTheGreedyOutput) {
+  const std::string other = temp_dir() + "/mamba2-tiny-seed8.gguf";
+  gen::build_model(gen::peaky_options("mamba2-tiny", 8, true), *gguf::File::open(shared_path("vocab/ggml-vocab-gpt-neox.gguf")))
+      .write(other);
+  const std::unique_ptr<Model> other_model = Model::load(other);
+  const std::vector<int32_t> prompt = tokens(10, 11);
+  const std::string want = fresh_reply(prompt, 24);
+  SpeculativeParams sp;
+  sp.draft_max = 4;
+  sp.adaptive = false;
+  const Model* drafts[] = {&tiny(), other_model.get(), nullptr};
+  for (const Model* draft : drafts) {
+    SCOPED_TRACE(draft == &tiny() ? "self draft" : draft ? "other seed" : "n-grams");
+    Session s(tiny(), params());
+    Session draft_session(draft ? *draft : tiny(), params());
+    const std::unique_ptr<Drafter> drafter =
+        draft ? make_model_drafter(draft_session, greedy(), 0.0f) : make_ngram_drafter(2);
+    Sampler sampler(greedy(), tiny().config().n_vocab);
+    Generator g(s, tiny().tokenizer(), sampler);
+    g.set_speculative(drafter.get(), sp);
+    std::string got;
+    const GenerationStats st = g.generate(prompt, 24, [&](std::string_view piece) { got.append(piece); });
+    EXPECT_EQ(got, want);
+    if (draft) EXPECT_GT(st.spec.n_drafted, 0);
+    if (draft == &tiny()) EXPECT_EQ(st.spec.n_accepted, st.spec.n_drafted);
+    if (draft == other_model.get()) EXPECT_LT(st.spec.n_accepted, st.spec.n_drafted) << "some drafts refused";
+  }
 }

@@ -112,12 +112,18 @@ class Session {
   // as a ring may no longer hold what position n needs (positions it has overwritten
   // since): then everything is forgotten, n_past() is 0, and the caller runs the tokens
   // again from there (Generator does: it continues from n_past()). Recurrent (SSM)
-  // layers cannot go back at all: their state has folded every position in. The session
-  // keeps one snapshot of sequence 0's state, taken at the end of each decode() of more
-  // than one token (a prompt: a chat turn re-rendering the reply that followed it goes
-  // back there); a truncation to n at or after the snapshot (and before n_past()) returns
-  // to the snapshot's position, any other one forgets everything (n_past() 0).
+  // layers cannot go back at all: their state has folded every position in. A truncation
+  // to n before n_past() goes back to sequence 0's checkpoint() when it lies at or before
+  // n, else it forgets everything (n_past() 0).
   void truncate(int32_t n);
+  // Recurrent (SSM) layers: remembers sequence 0's state at n_past() (replacing the one
+  // remembered before) for truncate() to go back to. The Generator takes one after each
+  // prompt (a chat turn re-rendering the reply that followed goes back there, not to the
+  // start) and before each speculative verification (rejected drafts then cost a re-run of
+  // the accepted ones: cheaper than a state kept per draft position, and as exact). A copy
+  // of recurrent_state_bytes(); nothing without recurrent layers. Forgotten by a
+  // truncation before it, a context shift, an eviction and a restored state.
+  void checkpoint();
   // Context shift: forgets positions [n_keep, n_keep + n_discard) and moves the later ones
   // back by n_discard, turning their keys' RoPE back instead of recomputing them (the kept
   // tokens still carry what they saw of the forgotten ones: an approximation, as in

@@ -98,8 +98,8 @@ struct Session::Impl {
   std::unique_ptr<KvStore> kv;
   bool flash;
   RecurrentState recurrent;  // the SSM layers' state per sequence (empty without them)
-  // Sequence 0's recurrent state at the end of the last decode() of several tokens, at
-  // position snapshot_pos (-1: none): what a truncation can go back to.
+  // Sequence 0's recurrent state at position snapshot_pos (-1: none), taken by
+  // Session::checkpoint(): what a truncation can go back to.
   std::vector<float> snapshot;
   int32_t snapshot_pos = -1;
   Forward forward;
@@ -197,10 +197,6 @@ std::span<const float> Session::decode_sequence(int32_t seq, std::span<const int
     // The attention scores are sequence 0's (H2O runs on the one sequence of decode()).
     const auto rows = all_logits ? Forward::LogitRows::all : Forward::LogitRows::last;
     s.forward.run(&tokens[start], s.spans, B, out, rows, seq == 0 && s.scores.on() ? &s.scores : nullptr);
-  }
-  if (seq == 0 && !s.recurrent.empty() && tokens.size() > 1) {
-    s.recurrent.save(0, s.snapshot);
-    s.snapshot_pos = s.length(0);
   }
   return {s.logits.data(), s.logits.size()};
 }
@@ -330,6 +326,13 @@ void Session::truncate(int32_t n) {
   if (n < 0 || n > n_past)
     throw Error("cannot truncate a session of " + std::to_string(n_past) + " tokens to " + std::to_string(n));
   s.truncate(0, n);
+}
+
+void Session::checkpoint() {
+  Impl& s = *impl_;
+  if (s.recurrent.empty()) return;
+  s.recurrent.save(0, s.snapshot);
+  s.snapshot_pos = s.length(0);
 }
 
 int32_t Session::fork_sequence(int32_t from) {
