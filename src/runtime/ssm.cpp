@@ -1,8 +1,11 @@
-// Mamba-2's conv, scan and gated norm (runtime/ssm.h), scalar: the compiler vectorizes
-// the d_state loop, the hot one (a SIMD kernel in kernels/ is the next step for speed).
+// Mamba-2's conv, scan and gated norm (runtime/ssm.h). The scan's inner loop over d_state,
+// the hot one, is a kernel (kernels::Ops::ssm_update); the rest is per channel or per
+// head and runs once per token.
 #include "runtime/ssm.h"
 
 #include <cmath>
+
+#include "kernels/kernels.h"
 
 namespace kiln::ssm {
 
@@ -31,6 +34,7 @@ void conv_silu(float* rows, size_t ld, size_t n, size_t c0, size_t c1, const flo
 }
 
 void scan(const Scan& s, size_t n, size_t h0, size_t h1) {
+  const kernels::Ops& ops = kernels::ops();
   const size_t heads_per_group = s.n_heads / s.n_groups, hd = s.head_dim, ds = s.d_state;
   for (size_t h = h0; h < h1; ++h) {
     const size_t g = h / heads_per_group;
@@ -42,16 +46,7 @@ void scan(const Scan& s, size_t n, size_t h0, size_t h1) {
       const float* B = s.B + t * s.ld + g * ds;
       const float* C = s.C + t * s.ld + g * ds;
       float* y = s.y + t * s.ld_y + h * hd;
-      for (size_t i = 0; i < hd; ++i) {
-        const float x_dt = x[i] * dt;
-        float* row = state + i * ds;
-        float sum = 0.0f;
-        for (size_t j = 0; j < ds; ++j) {
-          row[j] = row[j] * decay + B[j] * x_dt;
-          sum += row[j] * C[j];
-        }
-        y[i] = sum + s.D[h] * x[i];
-      }
+      for (size_t i = 0; i < hd; ++i) y[i] = ops.ssm_update(state + i * ds, B, C, decay, x[i] * dt, ds) + s.D[h] * x[i];
     }
   }
 }
