@@ -380,8 +380,10 @@ std::string engine_text(BatchEngine& engine, const std::vector<int32_t>& prompt,
 }  // namespace
 
 // kiln serve's engine: concurrent requests each scan their own state in the shared
-// batches, and a prefix-cache hit that would need the state cut back recomputes instead
-// (cached_tokens says 0) rather than skipping tokens; every text is the one alone.
+// batches; a request extending an earlier one's prompt continues from the checkpoint the
+// engine took after that prompt, and a prefix-cache hit that would need the state cut back
+// further recomputes (cached_tokens says 0) rather than skipping tokens; every text is
+// the one alone.
 TEST(Mamba2, ServerSlotsKeepEachRequestsState) {
   const std::vector<int32_t> a = tokens(14, 9), b = tokens(9, 10);
   const std::string want_a = fresh_reply(a, 10), want_b = fresh_reply(b, 10);
@@ -393,8 +395,11 @@ TEST(Mamba2, ServerSlotsKeepEachRequestsState) {
   other.join();
   EXPECT_EQ(got_b, want_b);
   int32_t cached = -1;
+  const std::vector<int32_t> longer = concat(a, tokens(5, 12));
+  EXPECT_EQ(engine_text(engine, longer, 10, &cached), fresh_reply(longer, 10)) << "a's prompt extended";
+  EXPECT_EQ(cached, int32_t(a.size())) << "from the checkpoint after a's prompt";
   EXPECT_EQ(engine_text(engine, a, 10, &cached), want_a) << "the same prompt again";
-  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(cached, 0) << "one token short of a's prompt: before every checkpoint";
 }
 
 // Speculative decoding: the verification's refused drafts are undone by going back to the

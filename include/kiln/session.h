@@ -113,17 +113,19 @@ class Session {
   // since): then everything is forgotten, n_past() is 0, and the caller runs the tokens
   // again from there (Generator does: it continues from n_past()). Recurrent (SSM)
   // layers cannot go back at all: their state has folded every position in. A truncation
-  // to n before n_past() goes back to sequence 0's checkpoint() when it lies at or before
-  // n, else it forgets everything (n_past() 0).
+  // to n before n_past() goes back to the sequence's checkpoint() when it lies at or
+  // before n, else it forgets everything (n_past() 0).
   void truncate(int32_t n);
-  // Recurrent (SSM) layers: remembers sequence 0's state at n_past() (replacing the one
-  // remembered before) for truncate() to go back to. The Generator takes one after each
-  // prompt (a chat turn re-rendering the reply that followed goes back there, not to the
-  // start) and before each speculative verification (rejected drafts then cost a re-run of
-  // the accepted ones: cheaper than a state kept per draft position, and as exact). A copy
-  // of recurrent_state_bytes(); nothing without recurrent layers. Forgotten by a
+  // Recurrent (SSM) layers: remembers a sequence's state at its n_past() (replacing the
+  // one remembered before) for truncate() and truncate_sequence() to go back to; a fork
+  // gets a copy. The Generator takes one after each prompt (a chat turn re-rendering the
+  // reply that followed goes back there, not to the start) and before each speculative
+  // verification (rejected drafts then cost a re-run of the accepted ones: cheaper than a
+  // state kept per draft position, and as exact); the server's engine after each prompt (a
+  // request extending an earlier one's conversation goes back there). A copy of
+  // recurrent_state_bytes() per sequence; nothing without recurrent layers. Forgotten by a
   // truncation before it, a context shift, an eviction and a restored state.
-  void checkpoint();
+  void checkpoint(int32_t seq = 0);
   // Context shift: forgets positions [n_keep, n_keep + n_discard) and moves the later ones
   // back by n_discard, turning their keys' RoPE back instead of recomputing them (the kept
   // tokens still carry what they saw of the forgotten ones: an approximation, as in

@@ -160,6 +160,7 @@ void BatchEngine::Impl::step() {
     if (fed[p] > 0) {
       r.n_fed += fed[p];
       if (r.prefilling()) continue;  // more of the prompt next step
+      session.checkpoint(r.seq);  // recurrent layers: a later request extending this prompt goes back here
       sample(r, rows);
       if (r.drafter && r.done == FinishReason::none) r.drafter->prepare(r.req.prompt);
       continue;

@@ -98,10 +98,20 @@ struct Session::Impl {
   std::unique_ptr<KvStore> kv;
   bool flash;
   RecurrentState recurrent;  // the SSM layers' state per sequence (empty without them)
-  // Sequence 0's recurrent state at position snapshot_pos (-1: none), taken by
+  // Per sequence, its recurrent state at position pos (-1: none), taken by
   // Session::checkpoint(): what a truncation can go back to.
-  std::vector<float> snapshot;
-  int32_t snapshot_pos = -1;
+  struct Checkpoint {
+    int32_t pos = -1;
+    std::vector<float> state;
+  };
+  std::vector<Checkpoint> checkpoints;
+  Checkpoint& checkpoint_of(int32_t seq) {
+    if (size_t(seq) >= checkpoints.size()) checkpoints.resize(size_t(seq) + 1);
+    return checkpoints[size_t(seq)];
+  }
+  void forget_checkpoint(int32_t seq) {
+    if (size_t(seq) < checkpoints.size()) checkpoints[size_t(seq)].pos = -1;
+  }
   Forward forward;
   std::vector<QuerySpan> spans;  // which sequence and position each row of a batch is
   std::vector<int32_t> batch_tokens;  // decode_batch's parts, one after another
@@ -131,19 +141,20 @@ struct Session::Impl {
 
   int32_t length(int32_t seq) const { return int32_t(kv->length(seq)); }
 
-  // Keeps positions [0, n) of a sequence; recurrent layers go back to the snapshot when
-  // it lies in [.., n], else to nothing (Session::truncate).
+  // Keeps positions [0, n) of a sequence; recurrent layers go back to its checkpoint
+  // when that lies in [.., n], else to nothing (Session::truncate).
   void truncate(int32_t seq, int32_t n) {
     const int32_t len = length(seq);
     if (!recurrent.empty() && n < len) {
-      if (seq == 0 && snapshot_pos >= 0 && snapshot_pos <= n) {
-        recurrent.restore(0, snapshot);
-        n = snapshot_pos;
+      Checkpoint& cp = checkpoint_of(seq);
+      if (cp.pos >= 0 && cp.pos <= n) {
+        recurrent.restore(seq, cp.state);
+        n = cp.pos;
       } else {
         n = 0;
       }
     }
-    if (seq == 0 && n < snapshot_pos) snapshot_pos = -1;
+    if (size_t(seq) < checkpoints.size() && n < checkpoints[size_t(seq)].pos) forget_checkpoint(seq);
     kv->truncate(seq, size_t(n));
     if (n == 0) recurrent.clear(seq);
   }
@@ -251,7 +262,7 @@ void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(vo
                 kv_type_name(kv_state_desc(0).kv_type) + ", " + std::to_string(s.kv->format().n_layers) +
                 " layers of width " + std::to_string(s.kv->format().kv_dim) + "; see -ctk, -ctv, -fa, --swa-*)");
   try {
-    s.snapshot_pos = -1;
+    s.forget_checkpoint(0);
     s.kv->read_state(0, size_t(desc.n_pos), [&](void* dst, size_t bytes) { source(dst, bytes); });
     if (desc.n_pos > 0) s.recurrent.read(0, [&](void* dst, size_t bytes) { source(dst, bytes); });
     else s.recurrent.clear(0);
@@ -280,7 +291,7 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
     throw Error("cannot shift the context: keep " + std::to_string(n_keep) + ", discard " + std::to_string(n_discard) +
                 " of " + std::to_string(n_past) + " positions");
   if (n_discard == 0) return;
-  s.snapshot_pos = -1;  // recurrent layers keep their state: it holds no positions to move
+  s.forget_checkpoint(0);  // recurrent layers keep their state: it holds no positions to move
   Impl::TurnBack turn{s};
   s.kv->shift(0, size_t(n_keep), size_t(n_discard), [&](size_t l, float* row, size_t delta) { turn(l, row, delta); });
   std::vector<float>& score = s.scores.total;
@@ -292,7 +303,7 @@ void Session::evict(std::span<const int32_t> positions) {
   refuse_windows(s.window, "KV eviction (sink, h2o)");
   kept_positions(s.length(0), positions, s.kept);
   if (positions.empty()) return;
-  s.snapshot_pos = -1;
+  s.forget_checkpoint(0);
   Impl::TurnBack turn{s};
   s.kv->compact(0, s.kept.data(), s.kept.size(), [&](size_t l, float* row, size_t delta) { turn(l, row, delta); });
   std::vector<float>& score = s.scores.total;
@@ -328,25 +339,35 @@ void Session::truncate(int32_t n) {
   s.truncate(0, n);
 }
 
-void Session::checkpoint() {
+void Session::checkpoint(int32_t seq) {
   Impl& s = *impl_;
   if (s.recurrent.empty()) return;
-  s.recurrent.save(0, s.snapshot);
-  s.snapshot_pos = s.length(0);
+  if (!s.kv->alive(seq)) throw Error("KV sequence " + std::to_string(seq) + " does not exist");
+  Impl::Checkpoint& cp = s.checkpoint_of(seq);
+  s.recurrent.save(seq, cp.state);
+  cp.pos = s.length(seq);
 }
 
 int32_t Session::fork_sequence(int32_t from) {
-  const int32_t seq = impl_->kv->fork(from);
-  impl_->recurrent.copy(from, seq);
+  Impl& s = *impl_;
+  const int32_t seq = s.kv->fork(from);
+  s.recurrent.copy(from, seq);
+  // The fork holds the same positions: it can go back where `from` could.
+  if (size_t(from) < s.checkpoints.size() && s.checkpoints[size_t(from)].pos >= 0) s.checkpoint_of(seq) = s.checkpoints[size_t(from)];
+  else s.forget_checkpoint(seq);
   return seq;
 }
 int32_t Session::add_sequence() {
   const int32_t seq = impl_->kv->add_sequence();
   impl_->recurrent.clear(seq);
+  impl_->forget_checkpoint(seq);
   return seq;
 }
 
-void Session::free_sequence(int32_t seq) { impl_->kv->release(seq); }
+void Session::free_sequence(int32_t seq) {
+  impl_->kv->release(seq);
+  if (size_t(seq) < impl_->checkpoints.size()) impl_->checkpoints[size_t(seq)] = {};
+}
 
 int32_t Session::n_past(int32_t seq) const { return impl_->length(seq); }
 
