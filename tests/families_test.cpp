@@ -67,8 +67,7 @@ const Case kCases[] = {
     // LongRoPE, original context 256: short factors at a context of 256, long ones at 512.
     {"phi3-128k-tiny-short", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 256, "phi3-128k-tiny"},
     {"phi3-128k-tiny-long", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 512, "phi3-128k-tiny"},
-    // No attention: every path is the token-by-token scan; the tiled ones change nothing.
-    {"mamba2-tiny", "mamba2-tiny", "mamba2", "vocab/ggml-vocab-gpt-neox.gguf", true},
+    {"mamba2-tiny", "mamba2-tiny", "mamba2", "vocab/ggml-vocab-gpt-neox.gguf", true},  // no attention: tiled = direct
 };
 
 std::string file_of(const Case& c) { return c.file ? c.file : c.name; }
