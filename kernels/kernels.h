@@ -117,6 +117,10 @@ struct Ops {
 
   // See PvArgs. Each value row is decoded once per call, whatever rows is.
   void (*pv)(const PvArgs& args);
+
+  // One row of a selective-scan state (Mamba-2's h, one head dimension over d_state = n):
+  // h[j] = h[j] * decay + x_dt * B[j], then returns sum_j h[j] * C[j] over the new h.
+  float (*ssm_update)(float* h, const float* B, const float* C, float decay, float x_dt, size_t n);
 };
 
 // Writes rows [r0, r1) (r0 a multiple of 16) of a file-layout weight of `type` into the

@@ -181,6 +181,40 @@ RawGguf moe_model(const gguf::File& vocab) {
   return g;
 }
 
+RawGguf mamba2_model(const gguf::File& vocab) {
+  RawGguf g;
+  g.set("general.architecture", Value::of_string("mamba2"));
+  g.set("general.name", Value::of_string("malformed-mamba2"));
+  g.set("mamba2.context_length", Value::of_u32(64));
+  g.set("mamba2.embedding_length", Value::of_u32(8));
+  g.set("mamba2.block_count", Value::of_u32(1));
+  g.set("mamba2.feed_forward_length", Value::of_u32(0));
+  g.set("mamba2.attention.head_count", Value::of_u32(0));
+  g.set("mamba2.ssm.conv_kernel", Value::of_u32(4));
+  g.set("mamba2.ssm.inner_size", Value::of_u32(16));
+  g.set("mamba2.ssm.state_size", Value::of_u32(4));
+  g.set("mamba2.ssm.time_step_rank", Value::of_u32(4));
+  g.set("mamba2.ssm.group_count", Value::of_u32(2));
+  g.set("mamba2.attention.layer_norm_rms_epsilon", Value::of_f32(1e-5f));
+  for (const auto& [key, value] : vocab.metadata())
+    if (key.rfind("tokenizer.ggml.", 0) == 0) g.set(key, value);
+  const uint64_t n_vocab = vocab.get_string_array("tokenizer.ggml.tokens").size();
+  uint32_t seed = 200;
+  const auto add = [&](const std::string& name, std::vector<uint64_t> dims) { g.add_f32_tensor(name, std::move(dims), ++seed); };
+  add("token_embd.weight", {8, n_vocab});
+  add("output_norm.weight", {8});
+  add("blk.0.attn_norm.weight", {8});
+  add("blk.0.ssm_in.weight", {8, 16 + 32 + 4});  // z, xBC (16 + 2 groups x 2 x 4), dt
+  add("blk.0.ssm_conv1d.weight", {4, 32});
+  add("blk.0.ssm_conv1d.bias", {32});
+  add("blk.0.ssm_dt.bias", {4});
+  add("blk.0.ssm_a", {1, 4});
+  add("blk.0.ssm_d", {1, 4});
+  add("blk.0.ssm_norm.weight", {8, 2});
+  add("blk.0.ssm_out.weight", {16, 8});
+  return g;
+}
+
 std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   const RawGguf base = base_model(vocab);
   RawGguf::Layout layout;
@@ -402,6 +436,25 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   moe_edit("expert-router-missing", {"missing tensor 'blk.0.ffn_gate_inp.weight'"}, [](RawGguf& g) {
     g.erase_tensor("blk.0.ffn_gate_inp.weight");
   });
+
+  // Mamba-2: SSM sizes that disagree with each other or with the tensors.
+  const RawGguf mamba = mamba2_model(vocab);
+  const auto mamba_edit = [&](std::string name, std::vector<std::string> expect, const std::function<void(RawGguf&)>& f) {
+    RawGguf g = mamba;
+    f(g);
+    cases.push_back({std::move(name), g.bytes(), std::move(expect)});
+  };
+  mamba_edit("ssm-state-size-missing", {"mamba2.ssm.state_size"}, [](RawGguf& g) { g.erase("mamba2.ssm.state_size"); });
+  mamba_edit("ssm-groups-not-dividing-heads", {"mamba2.ssm.group_count is 3, expected a divisor of ssm.time_step_rank 4"},
+             [](RawGguf& g) { g.set("mamba2.ssm.group_count", Value::of_u32(3)); });
+  mamba_edit("ssm-heads-zero", {"mamba2.ssm.time_step_rank is 0"}, [](RawGguf& g) { g.set("mamba2.ssm.time_step_rank", Value::of_u32(0)); });
+  mamba_edit("ssm-conv-kernel-huge", {"mamba2.ssm.conv_kernel is 65, expected 1 to 64"},
+             [](RawGguf& g) { g.set("mamba2.ssm.conv_kernel", Value::of_u32(65)); });
+  mamba_edit("ssm-inner-disagrees", {"tensor 'blk.0.ssm_in.weight' has shape [8, 52], expected [8, 68]"},
+             [](RawGguf& g) { g.set("mamba2.ssm.inner_size", Value::of_u32(24)); });
+  mamba_edit("ssm-d-missing", {"missing tensor 'blk.0.ssm_d'"}, [](RawGguf& g) { g.erase_tensor("blk.0.ssm_d"); });
+  mamba_edit("ssm-with-attention-heads", {"mamba2.attention.head_count is 2; a mamba2 block has no FFN or attention"},
+             [](RawGguf& g) { g.set("mamba2.attention.head_count", Value::of_u32(2)); });
   return cases;
 }
 

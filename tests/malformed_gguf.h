@@ -58,6 +58,9 @@ RawGguf base_model(const gguf::File& vocab);
 // The base model as Mixtral lays one out: llama.expert_count 4, expert_used_count 2, and
 // blk.0's FFN as ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps. It loads and runs too.
 RawGguf moe_model(const gguf::File& vocab);
+// A one-layer Mamba-2 (dim 8, d_inner 16 in 4 heads, 2 groups, d_state 4, conv 4) on the
+// same vocabulary. It loads and runs too.
+RawGguf mamba2_model(const gguf::File& vocab);
 
 struct MalformedCase {
   std::string name;                 // also the file name

@@ -113,6 +113,15 @@ TEST(MalformedGgufCorpus, MoeBaseModelLoadsAndGenerates) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+TEST(MalformedGgufCorpus, Mamba2BaseModelLoadsAndGenerates) {
+  const std::string path = save("mamba2-base", test::mamba2_model(vocab()).bytes());
+  auto m = Model::load(path);
+  EXPECT_EQ(m->config().ssm_n_heads, 4u);
+  const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " run " + test::shell_quote(path) +
+                                   " 'Once upon' -n 4 --temp 0 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(MalformedGgufCorpus, AtLeastThirtyDistinctCases) {
   std::set<std::string> names, contents;
   for (const MalformedCase& c : cases()) {

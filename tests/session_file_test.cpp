@@ -3,7 +3,9 @@
 // refused with one line naming it while the session it was loaded into stays as it was.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -443,3 +445,25 @@ TEST(SessionFile, TwoThousandTokensSaveAndLoadFast) {
   const std::vector<int32_t> last{tokens.back()};
   expect_same_bits(copy(restored.decode(last)), copy(s.decode(last)));
 }
+
+// A file written before session files could carry a recurrent state (tests/data/session)
+// loads, and its cache continues as the saved tokens run afresh do (other kernels may
+// have written it: close, not bitwise).
+TEST(SessionFile, PreMambaFileStillLoads) {
+  const std::string path = std::string(KILN_SOURCE_DIR) + "/tests/data/session/pre-mamba.kiln";
+  const SessionFileInfo info = read_session_file_info(path);
+  Session s(stories(), params(info.n_ctx));
+  const LoadedSession loaded = load_session_file(path, s);
+  ASSERT_GT(loaded.info.n_cached, 8);
+  EXPECT_EQ(s.n_past(), loaded.info.n_cached);
+  const int32_t next = loaded.tokens[size_t(loaded.info.n_cached) - 1];
+  const std::vector<float> got = [&] { auto l = s.decode(std::span(&next, 1)); return std::vector<float>(l.begin(), l.end()); }();
+  Session fresh(stories(), params(info.n_ctx));
+  fresh.decode(std::span(loaded.tokens.data(), size_t(loaded.info.n_cached)));
+  const auto want = fresh.decode(std::span(&next, 1));
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, double(std::fabs(got[i] - want[i]))), scale = std::max(scale, double(std::fabs(want[i])));
+  EXPECT_LT(worst, 1e-2 * scale);
+}
+

@@ -57,6 +57,13 @@ struct LayerWeights {
   // Attention sinks (gpt-oss): one learned logit per query head [n_heads], F32, that joins
   // the denominator of every softmax of that head's attention (a key with no value).
   WeightView attn_sinks;
+  // Mamba-2 mixer (Mixer::ssm) instead of attention, in the paper's names: the
+  // in-projection [2*d_inner + 2*n_groups*d_state + n_heads][dim] gives z, xBC (x, B, C)
+  // and dt; the depthwise causal conv over xBC [conv_dim][d_conv] and its bias; per head
+  // dt's bias, A (negative: the converter stores -exp(A_log)) and D, [n_heads] each; the
+  // gated RMSNorm's weight [d_inner]; the out-projection [dim][d_inner]. A block without
+  // ffn_norm has no FFN sublayer (Mamba-2's blocks are the mixer alone).
+  WeightView ssm_in, ssm_conv1d, ssm_conv1d_b, ssm_dt_b, ssm_a, ssm_d, ssm_norm, ssm_out;
 };
 
 // What varies between families, as data the one forward pass reads.
@@ -66,6 +73,9 @@ enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-
 // with a = ModelConfig::swiglu_alpha, L = swiglu_limit.
 enum class Ffn { swiglu, gelu, geglu, swiglu_clamped };
 enum class Positions { rope, alibi };    // rotary Q/K, or ALiBi biases on the attention scores
+// What mixes tokens in a block: causal self-attention over the KV cache, or a Mamba-2
+// selective state-space layer over a recurrent state carried per sequence.
+enum class Mixer { attention, ssm };
 
 struct ModelConfig {
   std::string arch;              // general.architecture
@@ -121,6 +131,17 @@ struct ModelConfig {
   // a softmax over all renormalized over the chosen, computed without the detour).
   bool expert_softmax_chosen = false;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // Ffn::swiglu_clamped only
+  // The mixer of each layer ([n_layers]; empty: attention everywhere). Hybrid families mark
+  // their layers one by one, so nothing here assumes a whole model is one kind.
+  std::vector<Mixer> layer_mixer;
+  // Mamba-2 (Dao & Gu 2024) layers: ssm.conv_kernel (d_conv), inner_size (d_inner),
+  // state_size (d_state), time_step_rank (the number of SSM heads, each d_inner / n_heads
+  // wide) and group_count (n_groups: heads share B and C within a group, and the gated
+  // norm is taken per group). 0 without SSM layers.
+  uint32_t ssm_d_conv = 0, ssm_d_inner = 0, ssm_d_state = 0, ssm_n_heads = 0, ssm_n_groups = 0;
+  bool is_ssm(size_t layer) const { return layer < layer_mixer.size() && layer_mixer[layer] == Mixer::ssm; }
+  uint32_t ssm_head_dim() const { return ssm_n_heads ? ssm_d_inner / ssm_n_heads : 0; }
+  uint32_t ssm_conv_dim() const { return ssm_d_inner + 2 * ssm_n_groups * ssm_d_state; }  // x, B, C
   // <arch>.* metadata keys the architecture file never read (kiln info lists them): what
   // a file says that kiln does not act on.
   std::vector<std::string> ignored_keys;

@@ -27,7 +27,11 @@ struct KvStateDesc {
   // model's unscaled RoPE (--rope-* flags, scaling metadata), else 0: a cache is only
   // reusable under the same angles.
   uint64_t positions = 0;
-  uint64_t bytes() const { return uint64_t(n_layers) * layer_bytes; }
+  // The recurrent (SSM) layers' state after the last position, written after the KV
+  // layers: fixed by the model (0 for attention-only models, whose states are as they
+  // always were; 0 for an empty state).
+  uint64_t recurrent_bytes = 0;
+  uint64_t bytes() const { return uint64_t(n_layers) * layer_bytes + recurrent_bytes; }
   bool operator==(const KvStateDesc&) const = default;
 };
 
@@ -100,12 +104,28 @@ class Session {
   bool flash_attn() const;       // the attention in use
   double kv_cache_bytes() const;  // allocated for the whole context (paged: the pool as it is now)
   double kv_cache_layer_bytes(int32_t layer) const;  // one layer's share: less for a ring
+  // The recurrent (SSM) layers' state of one sequence, whatever its length (0 without
+  // such layers). Context shifts and eviction leave it as it is: it holds no positions.
+  uint64_t recurrent_state_bytes() const;
   uint32_t layer_window(int32_t layer) const;  // sliding window in use (0: global)
   // Forgets positions >= n (the next decode continues from n). A sliding-window layer kept
   // as a ring may no longer hold what position n needs (positions it has overwritten
   // since): then everything is forgotten, n_past() is 0, and the caller runs the tokens
-  // again from there (Generator does: it continues from n_past()).
+  // again from there (Generator does: it continues from n_past()). Recurrent (SSM)
+  // layers cannot go back at all: their state has folded every position in. A truncation
+  // to n before n_past() goes back to the sequence's checkpoint() when it lies at or
+  // before n, else it forgets everything (n_past() 0).
   void truncate(int32_t n);
+  // Recurrent (SSM) layers: remembers a sequence's state at its n_past() (replacing the
+  // one remembered before) for truncate() and truncate_sequence() to go back to; a fork
+  // gets a copy. The Generator takes one after each prompt (a chat turn re-rendering the
+  // reply that followed goes back there, not to the start) and before each speculative
+  // verification (rejected drafts then cost a re-run of the accepted ones: cheaper than a
+  // state kept per draft position, and as exact); the server's engine after each prompt (a
+  // request extending an earlier one's conversation goes back there). A copy of
+  // recurrent_state_bytes() per sequence; nothing without recurrent layers. Forgotten by a
+  // truncation before it, a context shift, an eviction and a restored state.
+  void checkpoint(int32_t seq = 0);
   // Context shift: forgets positions [n_keep, n_keep + n_discard) and moves the later ones
   // back by n_discard, turning their keys' RoPE back instead of recomputing them (the kept
   // tokens still carry what they saw of the forgotten ones: an approximation, as in

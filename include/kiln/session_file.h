@@ -20,7 +20,10 @@
 //   80  u64      positions: what the cached keys' RoPE angles follow (KvStateDesc::positions;
 //                0 for the model's own, unscaled RoPE)
 //   88  u64      header checksum (XXH64 of bytes 0..87)
-//   96           payload: i32 tokens[n_tokens], app data, KV state layer after layer
+//   96           payload: i32 tokens[n_tokens], app data, KV state layer after layer, then
+//                the recurrent layers' state (KvStateDesc::recurrent_bytes, the model's: none
+//                for attention-only models, whose files are as before; also counted in
+//                the payload size)
 #include <cstdint>
 #include <span>
 #include <string>

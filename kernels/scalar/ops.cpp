@@ -222,6 +222,15 @@ void pv(const PvArgs& a) {
   }
 }
 
+float ssm_update(float* h, const float* B, const float* C, float decay, float x_dt, size_t n) {
+  float sum = 0.0f;
+  for (size_t j = 0; j < n; ++j) {
+    h[j] = h[j] * decay + x_dt * B[j];
+    sum += h[j] * C[j];
+  }
+  return sum;
+}
+
 // Weights stay in the file layout and gemm takes float activations.
 size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
@@ -249,6 +258,7 @@ const Ops kScalarOps = {
     .prepare = no_prepare,
     .exp_sum = exp_sum,
     .pv = pv,
+    .ssm_update = ssm_update,
 };
 
 }  // namespace

@@ -71,6 +71,24 @@ struct VectorOps {
     map2(x, weight, out, n, [inv](F xv, F wv) { return (xv * inv) * wv; });
   }
 
+  // Two sums (whole vectors, then the tail) added once at the end, as dot() does.
+  static float ssm_update(float* h, const float* B, const float* C, float decay, float x_dt, size_t n) {
+    const F dv = V::set1(decay), xv = V::set1(x_dt);
+    F s0 = F{}, s1 = F{};
+    size_t i = 0;
+    for (; i + W <= n; i += W) {
+      const F hv = V::fmadd(V::load(h + i), dv, xv * V::load(B + i));
+      V::store(h + i, hv);
+      s0 = V::fmadd(hv, V::load(C + i), s0);
+    }
+    if (i < n) {
+      const F hv = V::fmadd(V::load_tail(h + i, n - i), dv, xv * V::load_tail(B + i, n - i));
+      V::store_tail(h + i, hv, n - i);
+      s1 = V::fmadd(hv, V::load_tail(C + i, n - i), s1);
+    }
+    return V::hsum(s0 + s1);
+  }
+
   static void softmax(float* x, size_t n) {
     if (n == 0) return;
     F mv = V::set1(-__builtin_inff());
@@ -221,6 +239,7 @@ constexpr Ops vector_table(const IsaEntries& e) {
       .prepare = P::prepare,
       .exp_sum = K::exp_sum,
       .pv = e.pv,
+      .ssm_update = K::ssm_update,
   };
 }
 

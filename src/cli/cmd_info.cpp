@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "kiln/error.h"
 #include "runtime/kv_cache.h"
+#include "runtime/recurrent_state.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
 
@@ -91,7 +92,15 @@ int info(InfoOptions& o) {
   std::printf("context:      %u (trained)\n", c.n_ctx_train);
   std::printf("layers:       %u, dim %u, ffn %u, heads %u, kv heads %u, head dim %u\n", c.n_layers, c.dim, c.ffn_dim,
               c.n_heads, c.n_kv_heads, c.head_dim);
-  if (c.positions == Positions::alibi) {
+  size_t n_ssm = 0;
+  for (size_t l = 0; l < c.n_layers; ++l) n_ssm += c.is_ssm(l);
+  const bool attends = n_ssm < c.n_layers;
+  if (n_ssm > 0)
+    std::printf("ssm:          Mamba-2 on %zu of %u layers: d_inner %u, d_state %u, %u heads of %u, %u group%s, conv %u\n",
+                n_ssm, c.n_layers, c.ssm_d_inner, c.ssm_d_state, c.ssm_n_heads, c.ssm_head_dim(), c.ssm_n_groups,
+                c.ssm_n_groups == 1 ? "" : "s", c.ssm_d_conv);
+  if (!attends) {
+  } else if (c.positions == Positions::alibi) {
     std::printf("positions:    ALiBi, max bias %g\n", c.max_alibi_bias);
   } else {
     std::string scaling;
@@ -105,7 +114,9 @@ int info(InfoOptions& o) {
   }
   if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
   else std::printf("rms eps:      %g\n", c.rms_eps);
-  if (c.ffn == Ffn::swiglu_clamped)
+  if (!model->layers[0].ffn_norm)
+    std::printf("ffn:          none");
+  else if (c.ffn == Ffn::swiglu_clamped)
     std::printf("ffn:          SwiGLU clamped at %g, alpha %g, up + 1", c.swiglu_limit, c.swiglu_alpha);
   else
     std::printf("ffn:          %s", c.ffn == Ffn::gelu ? "GELU MLP" : c.ffn == Ffn::geglu ? "GeGLU" : "SwiGLU");
@@ -124,7 +135,7 @@ int info(InfoOptions& o) {
   if (L0.q_norm) parts.push_back(L0.q_norm.cols == c.head_dim ? "per-head Q/K RMSNorm" : "Q/K norms over the whole row");
   if (L0.attn_post_norm) parts.push_back("post-norms");
   if (L0.attn_sinks) parts.push_back("attention sinks");
-  if (L0.wq.info == L0.wk.info) parts.push_back("fused QKV");  // row ranges of one tensor
+  if (L0.wq && L0.wq.info == L0.wk.info) parts.push_back("fused QKV");  // row ranges of one tensor
   if (L0.w_gate && L0.w_gate.info == L0.w_up.info) parts.push_back("fused gate/up");
   char buf[96];
   if (c.embed_scale != 1) std::snprintf(buf, sizeof buf, "embeddings x%g", c.embed_scale), parts.push_back(buf);
@@ -157,8 +168,15 @@ int info(InfoOptions& o) {
     if (!KvCache::is_one_value(t) && s.kv_dim % 32 != 0) continue;
     per_type += (per_type.empty() ? "" : ", ") + human_bytes(KvCache::bytes_for(s)) + " " + KvCache::type_label(t);
   }
-  std::printf("memory:       %s weights (mapped) + KV cache at context %u: %s\n",
-              human_bytes((double)model->weight_bytes()).c_str(), n_ctx, per_type.c_str());
+  // A recurrent layer's state has one size whatever the context.
+  const std::string state =
+      n_ssm ? " + recurrent state " + human_bytes(double(RecurrentState(c).sequence_bytes())) + " per sequence" : "";
+  if (attends)
+    std::printf("memory:       %s weights (mapped) + KV cache at context %u: %s%s\n",
+                human_bytes((double)model->weight_bytes()).c_str(), n_ctx, per_type.c_str(), state.c_str());
+  else
+    std::printf("memory:       %s weights (mapped)%s, no KV cache\n", human_bytes((double)model->weight_bytes()).c_str(),
+                state.c_str());
   return 0;
 }
 

@@ -56,6 +56,7 @@ void load_gemma2(Model& model);
 void load_gemma3(Model& model);
 void load_phi3(Model& model);
 void load_gpt_oss(Model& model);
+void load_mamba2(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
@@ -91,6 +92,11 @@ struct BlockOptions {
 // width) and expert_weights_norm into `c`; checked (used within count, count bounded).
 void read_expert_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
 void read_blocks(Model& model, const BlockOptions& options);
+// Mamba-2 layers (src/families/mamba2.cpp): <prefix>ssm.{conv_kernel, inner_size,
+// state_size, time_step_rank, group_count} into c, checked; and layer l's mixer tensors
+// (blk.l.ssm_*) into L. Hybrid families call these for their SSM layers.
+void read_ssm_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+void read_ssm_layer(const Model& model, uint32_t l, LayerWeights& L);
 // The Gemma family's common part (src/families/gemma.cpp): shape and RoPE (halves), embeddings
 // scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.
 void read_gemma(Model& model, const BlockOptions& options);

@@ -14,6 +14,7 @@ constexpr Architecture kArchitectures[] = {
     {"phi3", load_phi3},
     {"mpt", load_mpt},
     {"gpt-oss", load_gpt_oss},
+    {"mamba2", load_mamba2},
 };
 
 }  // namespace

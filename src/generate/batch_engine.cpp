@@ -88,7 +88,7 @@ void BatchEngine::Impl::admit(std::unique_ptr<Request> r) {
     if (best != cache.end()) {
       r->seq = session.fork_sequence(best->seq);
       session.truncate_sequence(r->seq, int32_t(best_len));
-      r->n_fed = r->cached = int32_t(best_len);
+      r->n_fed = r->cached = session.n_past(r->seq);  // less than best_len where a state cannot go back
       cache.splice(cache.begin(), cache, best);
     } else {
       r->seq = session.add_sequence();
@@ -160,6 +160,7 @@ void BatchEngine::Impl::step() {
     if (fed[p] > 0) {
       r.n_fed += fed[p];
       if (r.prefilling()) continue;  // more of the prompt next step
+      session.checkpoint(r.seq);  // recurrent layers: a later request extending this prompt goes back here
       sample(r, rows);
       if (r.drafter && r.done == FinishReason::none) r.drafter->prepare(r.req.prompt);
       continue;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "generate/batch_engine_impl.h"
+#include "kiln/error.h"
 
 namespace kiln {
 
@@ -12,6 +13,10 @@ void BatchEngine::Impl::start_drafting(Request& r) {
   const SpeculativeParams spec = r.req.speculative.value_or(params.spec);
   if (params.spec_type == SpecType::none || spec.draft_max < 1) return;
   validate(spec);
+  // A refused draft would need the recurrent state put back and the accepted tokens run
+  // again (as Generator does); verify() only truncates.
+  if (session.recurrent_state_bytes() > 0)
+    throw Error("speculative decoding does not support models with recurrent (SSM) layers yet");
   if (params.spec_type == SpecType::ngram) r.drafter = make_ngram_drafter(spec.ngram_n);
   else r.drafter = make_model_drafter(*params.draft_session, r.req.sampling, spec.draft_p_min, /*own_sequence=*/true);
   r.controller = std::make_unique<SpecController>(spec);

@@ -116,6 +116,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
   std::span<const float> logits;
   try {
     logits = streaming ? decode_streaming(stats) : session_.decode(pending);
+    session_.checkpoint();  // recurrent layers: where a later turn re-rendering the reply goes back to
   } catch (...) {  // leave the conversation as it was (after an eviction: as far as it got)
     if (stats.n_discarded == 0 || !streaming) {
       history_.resize(history_before);
@@ -201,6 +202,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     verify_batch_.assign(1, token);
     verify_batch_.insert(verify_batch_.end(), draft_.tokens.begin(), draft_.tokens.end());
     const int32_t base = session_.n_past();
+    session_.checkpoint();  // recurrent layers go back here and re-run the accepted tokens
     const auto tv = std::chrono::steady_clock::now();
     const std::span<const float> rows = session_.decode(verify_batch_, /*all_logits=*/true);
     const double verify_ms = ms_since(tv);
@@ -228,7 +230,8 @@ GenerationStats Generator::generate(const std::vector<int32_t>& new_tokens, int3
     const int32_t kept = base + 1 + accepted - (last_is_draft ? 1 : 0);
     session_.truncate(kept);
     // A sliding-window ring may have forgotten more than the refused drafts (a batch
-    // larger than -b): run again what it lost, as Session::truncate asks.
+    // larger than -b), and recurrent layers go back to the checkpoint before the
+    // verification: run again what was lost, as Session::truncate asks.
     if (session_.n_past() < kept)
       session_.decode(std::span<const int32_t>(&history_[size_t(session_.n_past())], size_t(kept - session_.n_past())));
     spec_->verified(m + 1, verify_ms, k, accepted);

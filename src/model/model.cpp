@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -109,7 +110,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
 
   const std::string p = c.arch + ".";
   if (c.n_layers == 0) throw Error(path + ": " + p + "block_count is 0");
-  if (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0)
+  const bool attends = std::any_of(model->layers.begin(), model->layers.end(), [&](const LayerWeights& L) { return !L.ssm_in; });
+  if (attends && (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0))
     throw Error(path + ": " + p + "attention.head_count " + std::to_string(c.n_heads) +
                 " is not a multiple of attention.head_count_kv " + std::to_string(c.n_kv_heads));
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
@@ -241,7 +243,7 @@ void Model::pack_weights() {
     if (w && w.info && bytes_of(w) > 0) todo.push_back(&w);
   };
   for (auto& L : layers)
-    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*w);
+    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_in, &L.ssm_out}) consider(*w);
   consider(output);
   if (todo.empty()) return;
 

@@ -322,10 +322,9 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, c
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
     // 3-D: a mixture of experts' stacked matrices (rows of every expert, one after the
-    // other). The router (ffn_gate_inp) stays as it is, as llama-quantize keeps it, and
-    // so do 2-D biases (gpt-oss's per-expert ones): llama-quantize only quantizes weights.
-    if ((t.dims.size() != 2 && t.dims.size() != 3) || t.name.ends_with("ffn_gate_inp.weight") ||
-        !t.name.ends_with("weight")) {
+    // other). What llama-quantize never quantizes stays as it is: the router
+    // (ffn_gate_inp), biases (gpt-oss's per-expert 2-D ones), 2-D norms (Mamba-2's grouped ssm_norm), ssm_conv1d.
+    if ((t.dims.size() != 2 && t.dims.size() != 3) || !llama_quantizes(t)) {
       out.push_back(plain(t.type));
     } else if (t.dims[0] % block_size(p.base_type) != 0) {
       out.push_back({t.type, true,

@@ -7,6 +7,8 @@
 // RoPE, GELU MLP, GeGLU or clamped SwiGLU, scaled embeddings, post-norms, a final soft-cap,
 // a second RoPE table for sliding-window layers (the attention's scale, soft-cap and sinks:
 // runtime/attention.h).
+// A layer whose mixer is a Mamba-2 SSM (ModelConfig::layer_mixer) runs it instead of
+// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN.
 #include "runtime/forward.h"
 
 #include <algorithm>
@@ -43,9 +45,9 @@ uint64_t rope_identity(const RopeConfig& r, const RopeConfig& model_default) {
 }  // namespace
 
 Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv_store,
-                 ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash)
+                 ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& recurrent)
     : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
-      attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store) {
+      attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store), state(recurrent) {
   const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv.format().kv_dim;
   x.resize(B * c.dim);
   xb.resize(B * c.dim);
@@ -67,6 +69,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
     expert_order.resize(c.n_experts);
     expert_jobs.reserve(2 * c.n_experts);
   }
+  if (!state.empty()) {
+    ssm_proj.resize(B * (c.ssm_d_inner + c.ssm_conv_dim() + c.ssm_n_heads));
+    ssm_y.resize(B * c.ssm_d_inner);
+  }
   size_t max_rows = m.output.rows;
   const auto size_for = [&](const WeightView& w) {
     if (w.packed) prepared_stride = std::max(prepared_stride, (ops.prepared_bytes(w.type, w.cols, B) + 63) / 64 * 64);
@@ -74,7 +80,8 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   };
   size_for(m.output);
   for (const LayerWeights& L : m.layers) {
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp}) size_for(*w);
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp, &L.ssm_in, &L.ssm_out})
+      size_for(*w);
     for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
       for (const WeightView& w : *experts) size_for(w);
   }
@@ -219,6 +226,9 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     const LayerWeights& L = model.layers[l];
     norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
 
+    if (c.is_ssm(l)) {
+      ssm_mixer(L, l, spans, B);
+    } else {
     matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
     add_bias(q.data(), L.bq, q_dim, B);
     add_bias(k.data(), L.bk, kv_dim, B);
@@ -255,7 +265,9 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     matmul(L.wo, att.data(), xb.data(), B);
     add_bias(xb.data(), L.bo, dim, B);
     if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
+    }
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+    if (!L.ffn_norm) continue;  // a block that is its mixer alone (Mamba-2)
 
     norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
     if (L.ffn_gate_inp) {

@@ -14,6 +14,7 @@
 #include "kiln/session.h"
 #include "runtime/attention.h"
 #include "runtime/kv_store.h"
+#include "runtime/recurrent_state.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -31,8 +32,9 @@ struct ScoreTracking {
 class Forward {
  public:
   // n_batch: the most rows a run takes. flash: tiled attention.
+  // `state`: the recurrent layers' per-sequence state (runtime/recurrent_state.h).
   Forward(const Model& model, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv,
-          ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash);
+          ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& state);
 
   // Which rows' logits a run writes, in row order: the batch's last, every row, or the
   // last row of each span (one per sequence of a mixed batch; every row of a span marked
@@ -72,6 +74,9 @@ class Forward {
   void add_bias(float* y, const WeightView& bias, size_t n, size_t B);
   // The mixture-of-experts FFN of layer L on xb's B rows, into xb (forward_moe.cpp).
   void moe_ffn(const LayerWeights& L, size_t B);
+  // The Mamba-2 mixer of SSM layer l on xb's B rows, into xb, each span carrying its
+  // sequence's recurrent state (forward_ssm.cpp).
+  void ssm_mixer(const LayerWeights& L, size_t l, std::span<const QuerySpan> spans, size_t B);
 
   const Model& model;
   const ModelConfig& c;
@@ -107,6 +112,11 @@ class Forward {
   std::vector<float> expert_in, expert_y;  // [B * n_experts_used][dim]
   std::vector<int32_t> expert_order;    // [n_experts]: ranking scratch
   std::vector<GemmJob> expert_jobs;     // reserved for 2 * n_experts
+  // Mamba-2 layers: the in-projection's rows [z | xBC | dt] (xBC turned into the conv's
+  // output in place), and the scan's output y.
+  RecurrentState& state;
+  std::vector<float> ssm_proj;  // [B][2*d_inner + 2*n_groups*d_state + n_heads]
+  std::vector<float> ssm_y;     // [B][d_inner]
 
   // Quantized weights multiply converted (8-bit) activations: each input is converted
   // once per weight type and shared by the matmuls that read it.

@@ -10,6 +10,7 @@
 #include "runtime/kv_compaction.h"
 #include "runtime/kv_store.h"
 #include "runtime/memory_limit.h"
+#include "runtime/recurrent_state.h"
 #include "runtime/sliding_window.h"
 #include "runtime/thread_pool.h"
 
@@ -36,12 +37,33 @@ int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
 // The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size,
 // and that of the other buffers that grow with the context, refused with a clear message
 // before any allocation when it could not fit in the memory this process may use.
+// Layers that attend (the others are recurrent: runtime/recurrent_state.h). A model of
+// SSM layers only keeps a cache of no layers, which still counts each sequence's
+// positions. Models mixing both need the cache indexed by attention layer: not yet.
+size_t attention_layers(const ModelConfig& c) {
+  size_t n = 0;
+  for (size_t l = 0; l < c.n_layers; ++l) n += !c.is_ssm(l);
+  if (n > 0 && n < c.n_layers)
+    throw Error("models mixing attention and state-space layers are not supported yet");
+  return n;
+}
+
+// The sliding windows of the attention layers; none when no layer attends.
+std::vector<uint32_t> attention_windows(const ModelConfig& c, const SessionParams& p) {
+  std::vector<uint32_t> w = layer_windows(c, p);
+  for (size_t l = 0; l < w.size(); ++l)
+    if (c.is_ssm(l)) w[l] = 0;
+  return w;
+}
+
 KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std::vector<uint32_t>& windows) {
   const int64_t n_ctx = p.context_for(c);
   if (n_ctx <= 0) throw Error("context size must be positive (the model's context_length is 0: give -c)");
-  KvCache::Shape s{c.n_layers, size_t(n_ctx), size_t(c.n_kv_heads) * c.head_dim, c.head_dim,
+  const size_t n_attn = attention_layers(c);
+  KvCache::Shape s{n_attn, size_t(n_ctx), n_attn ? size_t(c.n_kv_heads) * c.head_dim : 0, n_attn ? c.head_dim : 1,
                    p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v),
-                   layer_capacities(windows, size_t(n_ctx), size_t(batch_size(p, n_ctx)), p.swa_full)};
+                   n_attn ? layer_capacities(windows, size_t(n_ctx), size_t(batch_size(p, n_ctx)), p.swa_full)
+                          : std::vector<size_t>{}};
   use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
   const double kv_bytes = KvCache::bytes_for(s);
@@ -75,6 +97,21 @@ struct Session::Impl {
   ThreadPool pool;
   std::unique_ptr<KvStore> kv;
   bool flash;
+  RecurrentState recurrent;  // the SSM layers' state per sequence (empty without them)
+  // Per sequence, its recurrent state at position pos (-1: none), taken by
+  // Session::checkpoint(): what a truncation can go back to.
+  struct Checkpoint {
+    int32_t pos = -1;
+    std::vector<float> state;
+  };
+  std::vector<Checkpoint> checkpoints;
+  Checkpoint& checkpoint_of(int32_t seq) {
+    if (size_t(seq) >= checkpoints.size()) checkpoints.resize(size_t(seq) + 1);
+    return checkpoints[size_t(seq)];
+  }
+  void forget_checkpoint(int32_t seq) {
+    if (size_t(seq) < checkpoints.size()) checkpoints[size_t(seq)].pos = -1;
+  }
   Forward forward;
   std::vector<QuerySpan> spans;  // which sequence and position each row of a batch is
   std::vector<int32_t> batch_tokens;  // decode_batch's parts, one after another
@@ -87,14 +124,15 @@ struct Session::Impl {
 
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()),
-        window(layer_windows(m.config(), p)),
+        window(attention_windows(m.config(), p)),
         kv_shape_(kv_shape(m.config(), p, window)),
         n_ctx((int32_t)kv_shape_.n_ctx),
         n_batch(batch_size(p, n_ctx)),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
         kv(make_kv_store(p.kv_layout, kv_shape_, window, size_t(std::max(p.kv_block, 0)))),
         flash(use_flash(m.config(), p)),
-        forward(m, p, window, *kv, pool, n_ctx, n_batch, flash) {
+        recurrent(m.config()),
+        forward(m, p, window, *kv, pool, n_ctx, n_batch, flash, recurrent) {
     spans.reserve(size_t(n_batch));
     logits.resize(c.n_vocab);
     back_rot.resize(size_t(c.n_rot / 2) * 2);
@@ -102,6 +140,24 @@ struct Session::Impl {
   }
 
   int32_t length(int32_t seq) const { return int32_t(kv->length(seq)); }
+
+  // Keeps positions [0, n) of a sequence; recurrent layers go back to its checkpoint
+  // when that lies in [.., n], else to nothing (Session::truncate).
+  void truncate(int32_t seq, int32_t n) {
+    const int32_t len = length(seq);
+    if (!recurrent.empty() && n < len) {
+      Checkpoint& cp = checkpoint_of(seq);
+      if (cp.pos >= 0 && cp.pos <= n) {
+        recurrent.restore(seq, cp.state);
+        n = cp.pos;
+      } else {
+        n = 0;
+      }
+    }
+    if (size_t(seq) < checkpoints.size() && n < checkpoints[size_t(seq)].pos) forget_checkpoint(seq);
+    kv->truncate(seq, size_t(n));
+    if (n == 0) recurrent.clear(seq);
+  }
 
   // Turns a moved key row back by `delta` positions with its layer's table: the pair
   // angles are linear in the position (with every scaling kiln knows), so the table's
@@ -163,6 +219,7 @@ int32_t Session::n_threads() const { return impl_->pool.size(); }
 bool Session::flash_attn() const { return impl_->flash; }
 double Session::kv_cache_bytes() const { return impl_->kv->bytes(); }
 double Session::kv_cache_layer_bytes(int32_t layer) const { return impl_->kv->layer_bytes(size_t(layer)); }
+uint64_t Session::recurrent_state_bytes() const { return impl_->recurrent.sequence_bytes(); }
 uint32_t Session::layer_window(int32_t layer) const { return impl_->window.at(size_t(layer)); }
 const Model& Session::model() const { return impl_->model; }
 KvLayout Session::kv_layout() const { return impl_->kv->layout(); }
@@ -185,11 +242,13 @@ KvStateDesc Session::kv_state_desc(int32_t n_pos) const {
   d.n_pos = n_pos;
   d.layer_bytes = n_pos > 0 ? kv.state_layer_bytes(size_t(n_pos)) : 0;
   d.positions = impl_->forward.positions_id();
+  d.recurrent_bytes = n_pos > 0 ? impl_->recurrent.sequence_bytes() : 0;
   return d;
 }
 
 void Session::write_kv_state(const std::function<void(const void*, size_t)>& sink) const {
   impl_->kv->write_state(0, impl_->kv->length(0), [&](const void* data, size_t bytes) { sink(data, bytes); });
+  if (impl_->kv->length(0) > 0) impl_->recurrent.write(0, [&](const void* data, size_t bytes) { sink(data, bytes); });
 }
 
 void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(void*, size_t)>& source) {
@@ -203,10 +262,13 @@ void Session::read_kv_state(const KvStateDesc& desc, const std::function<void(vo
                 kv_type_name(kv_state_desc(0).kv_type) + ", " + std::to_string(s.kv->format().n_layers) +
                 " layers of width " + std::to_string(s.kv->format().kv_dim) + "; see -ctk, -ctv, -fa, --swa-*)");
   try {
+    s.forget_checkpoint(0);
     s.kv->read_state(0, size_t(desc.n_pos), [&](void* dst, size_t bytes) { source(dst, bytes); });
+    if (desc.n_pos > 0) s.recurrent.read(0, [&](void* dst, size_t bytes) { source(dst, bytes); });
+    else s.recurrent.clear(0);
     std::fill(s.scores.total.begin(), s.scores.total.end(), 0.0f);  // what the saved tokens received is not saved
   } catch (...) {
-    s.kv->truncate(0, 0);
+    s.truncate(0, 0);
     throw;
   }
 }
@@ -229,6 +291,7 @@ void Session::shift_context(int32_t n_keep, int32_t n_discard) {
     throw Error("cannot shift the context: keep " + std::to_string(n_keep) + ", discard " + std::to_string(n_discard) +
                 " of " + std::to_string(n_past) + " positions");
   if (n_discard == 0) return;
+  s.forget_checkpoint(0);  // recurrent layers keep their state: it holds no positions to move
   Impl::TurnBack turn{s};
   s.kv->shift(0, size_t(n_keep), size_t(n_discard), [&](size_t l, float* row, size_t delta) { turn(l, row, delta); });
   std::vector<float>& score = s.scores.total;
@@ -240,6 +303,7 @@ void Session::evict(std::span<const int32_t> positions) {
   refuse_windows(s.window, "KV eviction (sink, h2o)");
   kept_positions(s.length(0), positions, s.kept);
   if (positions.empty()) return;
+  s.forget_checkpoint(0);
   Impl::TurnBack turn{s};
   s.kv->compact(0, s.kept.data(), s.kept.size(), [&](size_t l, float* row, size_t delta) { turn(l, row, delta); });
   std::vector<float>& score = s.scores.total;
@@ -255,6 +319,7 @@ void Session::track_attention(bool on) {
     return;
   }
   refuse_windows(s.window, "attention scores (h2o)");
+  if (!s.recurrent.empty()) throw Error("attention scores (h2o) need a model whose layers all attend");
   const size_t n_ctx = size_t(s.n_ctx);
   s.scores.total.assign(n_ctx, 0.0f);  // what the cached positions received before is unknown: 0
   s.scores.head_acc.resize(size_t(s.c.n_heads) * n_ctx);
@@ -271,13 +336,38 @@ void Session::truncate(int32_t n) {
   const int32_t n_past = s.length(0);
   if (n < 0 || n > n_past)
     throw Error("cannot truncate a session of " + std::to_string(n_past) + " tokens to " + std::to_string(n));
-  s.kv->truncate(0, size_t(n));
+  s.truncate(0, n);
 }
 
-int32_t Session::fork_sequence(int32_t from) { return impl_->kv->fork(from); }
-int32_t Session::add_sequence() { return impl_->kv->add_sequence(); }
+void Session::checkpoint(int32_t seq) {
+  Impl& s = *impl_;
+  if (s.recurrent.empty()) return;
+  if (!s.kv->alive(seq)) throw Error("KV sequence " + std::to_string(seq) + " does not exist");
+  Impl::Checkpoint& cp = s.checkpoint_of(seq);
+  s.recurrent.save(seq, cp.state);
+  cp.pos = s.length(seq);
+}
 
-void Session::free_sequence(int32_t seq) { impl_->kv->release(seq); }
+int32_t Session::fork_sequence(int32_t from) {
+  Impl& s = *impl_;
+  const int32_t seq = s.kv->fork(from);
+  s.recurrent.copy(from, seq);
+  // The fork holds the same positions: it can go back where `from` could.
+  if (size_t(from) < s.checkpoints.size() && s.checkpoints[size_t(from)].pos >= 0) s.checkpoint_of(seq) = s.checkpoints[size_t(from)];
+  else s.forget_checkpoint(seq);
+  return seq;
+}
+int32_t Session::add_sequence() {
+  const int32_t seq = impl_->kv->add_sequence();
+  impl_->recurrent.clear(seq);
+  impl_->forget_checkpoint(seq);
+  return seq;
+}
+
+void Session::free_sequence(int32_t seq) {
+  impl_->kv->release(seq);
+  if (size_t(seq) < impl_->checkpoints.size()) impl_->checkpoints[size_t(seq)] = {};
+}
 
 int32_t Session::n_past(int32_t seq) const { return impl_->length(seq); }
 
@@ -287,7 +377,7 @@ void Session::truncate_sequence(int32_t seq, int32_t n) {
   if (n < 0 || n > len)
     throw Error("cannot truncate KV sequence " + std::to_string(seq) + " of " + std::to_string(len) + " tokens to " +
                 std::to_string(n));
-  s.kv->truncate(seq, size_t(n));
+  s.truncate(seq, n);
 }
 
 std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens) {

@@ -263,8 +263,11 @@ LoadedSession load_session_file(const std::string& path, Session& session) {
     r.fail("saved with a different model (its identity is " + hex(h.model_identity) + ", " + model.config().name +
            " has " + model.identity_hex() + ")");
 
-  const KvStateDesc kv{h.kv_type, h.kv_layers, h.kv_dim, int32_t(h.n_cached), h.kv_layer_bytes, h.positions};
+  KvStateDesc kv{h.kv_type, h.kv_layers, h.kv_dim, int32_t(h.n_cached), h.kv_layer_bytes, h.positions};
   const KvStateDesc want = session.kv_state_desc(int32_t(h.n_cached));
+  // The recurrent layers' state has the model's size (its identity matched above), so the
+  // header has no field for it; the payload size below counts it.
+  kv.recurrent_bytes = want.recurrent_bytes;
   if (kv.positions != want.positions)
     r.fail("its keys were rotated with other RoPE settings (" +
            std::string(kv.positions ? "scaled RoPE " + hex(kv.positions) : "the model's own RoPE") + ") than this session's (" +

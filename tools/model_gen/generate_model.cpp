@@ -102,6 +102,14 @@ const ModelShape kShapes[] = {
     // which rounds contexts up to multiples of 256, runs it with either set of factors.
     {.name = "phi3-128k-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160,
      .n_ctx = 2048, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3", .longrope_orig_ctx = 256},
+    // Mamba-2 (state-spaces/mamba2-*: d_state 128, heads of 64, one group, conv 4, expand
+    // 2; the converter's context_length 2^20). The tiny one: 8 heads of 16 in 2 groups,
+    // d_state 16, 3 layers. The ~1B one is mamba2-1.3b (width 2048, 64 heads) with 36 of
+    // its 48 layers.
+    {.name = "mamba2-tiny", .dim = 64, .n_layers = 3, .n_ctx = 1u << 20, .rms_eps = 1e-5f, .arch = "mamba2",
+     .ssm_d_state = 16, .ssm_head_dim = 16, .ssm_n_groups = 2},
+    {.name = "mamba2-1b", .dim = 2048, .n_layers = 36, .n_ctx = 1u << 20, .rms_eps = 1e-5f, .arch = "mamba2",
+     .ssm_d_state = 128, .ssm_head_dim = 64, .ssm_n_groups = 1},
 };
 
 bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
@@ -109,7 +117,7 @@ bool rope_family(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "phi3" ||
          arch == "gpt-oss" || is_gemma(arch);
 }
-uint32_t head_dim_of(const ModelShape& s) { return s.head_dim ? s.head_dim : s.dim / s.n_heads; }
+uint32_t head_dim_of(const ModelShape& s) { return s.head_dim ? s.head_dim : s.n_heads ? s.dim / s.n_heads : 0; }
 
 // Llama 3.1's rope_freqs: pairs turning more than high_freq_factor times over the original
 // context keep their frequency, those turning fewer than low_freq_factor times are slowed
@@ -201,11 +209,18 @@ uint32_t file_type_of(TensorType t) {  // general.file_type: "mostly <type>"
 
 void check_shape(const ModelShape& s) {
   auto bad = [&](const std::string& why) { throw Error("model shape '" + s.name + "': " + why); };
+  if (s.arch == "mamba2") {
+    if (!s.dim || !s.n_layers || !s.n_ctx || !s.ssm_d_state || !s.ssm_head_dim || !s.ssm_n_groups || !s.ssm_d_conv)
+      bad("every dimension must be positive");
+    if ((2 * s.dim) % s.ssm_head_dim || (2 * s.dim / s.ssm_head_dim) % s.ssm_n_groups)
+      bad("the heads (2 * dim / ssm_head_dim) must split into ssm_n_groups groups");
+    return;
+  }
   if (!s.dim || !s.n_layers || !s.n_heads || !s.n_kv_heads || !s.ffn_dim || !s.n_ctx)
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if (!rope_family(s.arch) && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");
+  if (!rope_family(s.arch) && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
   if (rope_family(s.arch) && head_dim_of(s) % 2) bad("the head size must be even for RoPE");
   if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
@@ -258,7 +273,15 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   w.set(a + "block_count", Value::of_u32(s.n_layers));
   w.set(a + "feed_forward_length", Value::of_u32(s.ffn_dim));
   w.set(a + "attention.head_count", Value::of_u32(s.n_heads));
+  if (s.arch == "mamba2") {
+    w.set(a + "ssm.conv_kernel", Value::of_u32(s.ssm_d_conv));
+    w.set(a + "ssm.inner_size", Value::of_u32(2 * s.dim));
+    w.set(a + "ssm.state_size", Value::of_u32(s.ssm_d_state));
+    w.set(a + "ssm.time_step_rank", Value::of_u32(2 * s.dim / s.ssm_head_dim));
+    w.set(a + "ssm.group_count", Value::of_u32(s.ssm_n_groups));
+  } else {
   w.set(a + "attention.head_count_kv", Value::of_u32(s.n_kv_heads));
+  }
   if (s.n_experts) {
     w.set(a + "expert_count", Value::of_u32(s.n_experts));
     w.set(a + "expert_used_count", Value::of_u32(s.n_experts_used));
@@ -268,6 +291,8 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
     if (s.clamp_kqv > 0) w.set(a + "attention.clamp_kqv", Value::of_f32(s.clamp_kqv));
+  } else if (s.arch == "mamba2") {
+    w.set(a + "attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
   } else {
     w.set(a + "attention.layer_norm_rms_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
@@ -307,7 +332,8 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
   const double residual_half_width = o.residual_std > 0 ? o.residual_std * std::sqrt(3.0) : half_width;
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
-    const bool writes_residual = name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight");
+    const bool writes_residual =
+        name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") || name.ends_with("ssm_out.weight");
     w.add_tensor(name, o.type, {cols, rows},
                  random_tensor(o.type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
                                stream_seed(o.seed, name)));
@@ -353,8 +379,32 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     add_f32_tensor(w, "rope_factors_long.weight", longrope_factors(head_dim, true));
     add_f32_tensor(w, "rope_factors_short.weight", longrope_factors(head_dim, false));
   }
+  // F32 [rows][cols] uniform in [lo, hi): the mixer's per-channel tensors, always F32.
+  auto f32_uniform = [&](const std::string& name, std::vector<uint64_t> dims, double lo, double hi) {
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    w.add_tensor(name, TensorType::F32, std::move(dims),
+                 random_tensor(TensorType::F32, n, (lo + hi) / 2, (hi - lo) / 2, stream_seed(o.seed, name)));
+  };
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
+    if (s.arch == "mamba2") {
+      const uint64_t d_inner = 2 * dim, heads = d_inner / s.ssm_head_dim, conv_dim = d_inner + 2 * s.ssm_n_groups * s.ssm_d_state;
+      norm(b + "attn_norm.weight");
+      matrix(b + "ssm_in.weight", d_inner + conv_dim + heads, dim);  // z, xBC, dt
+      // nn.Conv1d's own init, bound 1/sqrt(fan_in = d_conv) = 0.5 (weights and bias).
+      f32_uniform(b + "ssm_conv1d.weight", {s.ssm_d_conv, conv_dim}, -0.5, 0.5);
+      f32_uniform(b + "ssm_conv1d.bias", {conv_dim}, -0.5, 0.5);
+      // A = -exp(A_log), A in [1, 16) as Mamba-2 draws it; dt's bias makes dt =
+      // softplus(. + bias) range from ~0.02 (a state that remembers) to ~1.3 (one that
+      // forgets at once), wider than Mamba-2's 0.001-0.1 so that both show in a short prompt.
+      f32_uniform(b + "ssm_a", {1, heads}, -16.0, -1.0);
+      f32_uniform(b + "ssm_dt.bias", {heads}, -4.0, 1.0);
+      f32_uniform(b + "ssm_d", {1, heads}, 1.0 - o.norm_jitter, 1.0 + o.norm_jitter);
+      f32_uniform(b + "ssm_norm.weight", {d_inner / s.ssm_n_groups, s.ssm_n_groups}, 1.0 - o.norm_jitter, 1.0 + o.norm_jitter);
+      matrix(b + "ssm_out.weight", dim, d_inner);
+      continue;
+    }
     if (mpt) {
       norm(b + "attn_norm.weight");
       bias(b + "attn_norm.bias", dim);

@@ -1,6 +1,6 @@
 #pragma once
 // GGUF files of every family kiln runs (llama, qwen2, qwen3, qwen3moe, gemma, gemma2,
-// gemma3, phi3, mpt, gpt-oss) with seeded random weights of a real model's shape: the benchmark stand-in for
+// gemma3, phi3, mpt, gpt-oss, mamba2) with seeded random weights of a real model's shape: the benchmark stand-in for
 // models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
 // reference logits were computed on (tests/data/families).
 // Used by tools/kiln-gen.cpp and tests (library kiln_model_gen, outside the engine); the numbers are noise, the shapes and the file
@@ -65,6 +65,10 @@ struct ModelShape {
   // When not empty: tokenizer.ggml.pre, whatever the vocabulary's source says (gpt-oss's
   // converter writes "gpt-4o", the name of o200k's split, for every gpt-oss file).
   std::string tokenizer_pre = "";
+  // mamba2: Mamba-2 blocks (no attention, no FFN; n_heads, n_kv_heads and ffn_dim 0, as
+  // the converter writes them). d_inner = 2 * dim (Mamba-2's expand), ssm heads of
+  // ssm_head_dim, B and C shared by ssm_n_groups groups of heads.
+  uint32_t ssm_d_state = 0, ssm_head_dim = 0, ssm_n_groups = 0, ssm_d_conv = 4;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",

@@ -1,0 +1,66 @@
+// Mamba-2's conv, scan and gated norm (runtime/ssm.h). The scan's inner loop over d_state,
+// the hot one, is a kernel (kernels::Ops::ssm_update); the rest is per channel or per
+// head and runs once per token.
+#include "runtime/ssm.h"
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace kiln::ssm {
+
+float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+static float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+void conv_silu(float* rows, size_t ld, size_t n, size_t c0, size_t c1, const float* w, const float* bias, size_t d_conv,
+               float* state) {
+  const size_t k_prev = d_conv - 1;
+  float window[64];  // the last d_conv - 1 inputs, then the current one (d_conv <= 64)
+  for (size_t c = c0; c < c1; ++c) {
+    const float* wc = w + c * d_conv;
+    float* st = state + c * k_prev;
+    for (size_t k = 0; k < k_prev; ++k) window[k] = st[k];
+    for (size_t t = 0; t < n; ++t) {
+      float* v = rows + t * ld + c;
+      window[k_prev] = *v;
+      float sum = 0.0f;
+      for (size_t k = 0; k < d_conv; ++k) sum += wc[k] * window[k];
+      for (size_t k = 0; k < k_prev; ++k) window[k] = window[k + 1];
+      *v = silu(sum + bias[c]);
+    }
+    for (size_t k = 0; k < k_prev; ++k) st[k] = window[k];
+  }
+}
+
+void scan(const Scan& s, size_t n, size_t h0, size_t h1) {
+  const kernels::Ops& ops = kernels::ops();
+  const size_t heads_per_group = s.n_heads / s.n_groups, hd = s.head_dim, ds = s.d_state;
+  for (size_t h = h0; h < h1; ++h) {
+    const size_t g = h / heads_per_group;
+    float* state = s.state + h * hd * ds;
+    for (size_t t = 0; t < n; ++t) {
+      const float dt = softplus(s.dt[t * s.ld + h] + s.dt_bias[h]);
+      const float decay = std::exp(dt * s.A[h]);
+      const float* x = s.x + t * s.ld + h * hd;
+      const float* B = s.B + t * s.ld + g * ds;
+      const float* C = s.C + t * s.ld + g * ds;
+      float* y = s.y + t * s.ld_y + h * hd;
+      for (size_t i = 0; i < hd; ++i) y[i] = ops.ssm_update(state + i * ds, B, C, decay, x[i] * dt, ds) + s.D[h] * x[i];
+    }
+  }
+}
+
+void gate_norm(float* y, const float* z, const float* weight, size_t d_inner, size_t n_groups, float eps) {
+  for (size_t i = 0; i < d_inner; ++i) y[i] *= silu(z[i]);
+  const size_t group = d_inner / n_groups;
+  for (size_t g = 0; g < n_groups; ++g) {
+    float* part = y + g * group;
+    double ss = 0;
+    for (size_t i = 0; i < group; ++i) ss += double(part[i]) * part[i];
+    const float scale = float(1.0 / std::sqrt(ss / double(group) + eps));
+    for (size_t i = 0; i < group; ++i) part[i] = part[i] * scale * weight[g * group + i];
+  }
+}
+
+}  // namespace kiln::ssm
