@@ -5,7 +5,8 @@
 //    README there), bit for bit and byte for byte, on the ordinary and awkward rows of the
 //    main fixture and on rows aimed at MXFP4's corner cases (ties, maxima just under a
 //    power of two, values past the grid, subnormal scales, NaN, signed zeros);
-//  * a round-trip bound that follows from the format.
+//  * a round-trip bound that follows from the format;
+//  * the forward pass's embedding lookup of an MXFP4 token_embd.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,8 @@
 #include "kernels/quant.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "model_gen/generate_model.h"
+#include "test_util.h"
 
 namespace kiln::kernels {
 namespace {
@@ -174,6 +177,48 @@ TEST(Mxfp4FixtureSources, AreTheMainFixtures) {
     ASSERT_EQ(a->n_bytes, b->n_bytes);
     EXPECT_EQ(std::memcmp(a->data, b->data, a->n_bytes), 0) << name;
   }
+}
+
+// token_embd in MXFP4 is read row by row through the reference dequantization: the same
+// model with token_embd stored as those dequantized floats (F32) must score the same bits.
+// (Untied output, so token_embd is only looked up, never multiplied.)
+TEST(Mxfp4Model, EmbeddingRowsAreTheDequantizedValues) {
+  gen::GenerateOptions o = gen::peaky_options("mixtral-tiny", 7, false);
+  const std::vector<uint8_t> bytes =
+      gen::build_model(o, *gguf::File::open(test::shared_path("vocab/ggml-vocab-llama-spm.gguf"))).to_bytes();
+  const std::string base = test::temp_dir() + "/mixtral-tiny.gguf";
+  test::write_file(base, std::string(bytes.begin(), bytes.end()));
+  auto in = gguf::File::open(base);
+  std::string scores[2];
+  for (int as_mxfp4 = 0; as_mxfp4 < 2; ++as_mxfp4) {
+    gguf::Writer w;
+    for (const auto& [key, value] : in->metadata())
+      if (key != "general.alignment") w.set(key, value);
+    for (const gguf::TensorInfo& t : in->tensors()) {
+      std::vector<uint8_t> data(t.data, t.data + t.n_bytes);
+      TensorType type = t.type;
+      if (t.name == "token_embd.weight") {
+        ASSERT_EQ(t.type, TensorType::F32);
+        std::vector<uint8_t> q(t.n_elements / 32 * 17);
+        ref::quantize_row(TensorType::MXFP4, reinterpret_cast<const float*>(t.data), q.data(), t.n_elements);
+        if (as_mxfp4) {
+          data = q, type = TensorType::MXFP4;
+        } else {
+          ref::dequantize_row(TensorType::MXFP4, q.data(), reinterpret_cast<float*>(data.data()), t.n_elements);
+        }
+      }
+      w.add_tensor(t.name, type, t.dims, std::move(data));
+    }
+    const std::string path = test::temp_dir() + "/embd" + std::to_string(as_mxfp4) + ".gguf";
+    w.write(path);
+    const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " perplexity " + test::shell_quote(path) +
+                                     " -f " + test::shell_quote(std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt") +
+                                     " -c 64 -t 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    scores[as_mxfp4] = r.out;
+  }
+  EXPECT_NE(scores[0].find("PPL = "), std::string::npos) << scores[0];
+  EXPECT_EQ(scores[1], scores[0]);
 }
 
 }  // namespace
