@@ -69,10 +69,10 @@ void matvec_quant(const GemmArgs& a) {
   }
 }
 
-// Integer decode for Q8_0 / Q4_0 (VNNI): the activation row is quantized to 8 bits per
-// 32-block (d = amax / 127, q = round(x / d)), then each pair of weight blocks is one
+// Integer decode for Q8_0 / Q4_0 / MXFP4 (VNNI): the activation row is quantized to 8 bits
+// per 32-block (d = amax / 127, q = round(x / d)), then each pair of weight blocks is one
 // vpdpbusd. vpdpbusd wants unsigned weights, so they are stored shifted (Q4_0 is already
-// q + 8; Q8_0 gets q + 128) and offset * sum(x_q) is subtracted from each block's integer
+// q + 8; Q8_0 gets q + 128, MXFP4's doubled values + 12) and offset * sum(x_q) is subtracted from each block's integer
 // sum, which keeps every block's dot product exact in int32 before its scale is applied.
 // The 8-bit activations move each x by at most (1/2 + 127/2048) / 127 of its block's
 // largest |x| (rounding, plus the fp16 scale; kernels_test states the bound).
@@ -80,9 +80,8 @@ constexpr size_t kMaxQuantK = 16384;
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-// The legacy-style 32-element types these kernels read in the file's layout: block bytes,
-// the offset that makes their integer weights unsigned, and where the weights start.
-// MXFP4 blocks hold E2M1 codes; their doubled values (-12..12, kMxfp4Values) are the
+// The 32-element types these kernels read in the file's layout: block bytes and the offset
+// that makes their integer weights unsigned. MXFP4 blocks hold E2M1 codes; their doubled values (-12..12, kMxfp4Values) are the
 // integers, and half the E8M0 scale the block's scale.
 template <TensorType T>
 inline constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : T == TensorType::MXFP4 ? 17 : 18;
