@@ -14,6 +14,7 @@
 // the last bit. kiln builds these files without FMA flags on x86.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kiln/tensor_type.h"
 
@@ -28,8 +29,8 @@ inline constexpr size_t K_SCALE_SIZE = 12;
 
 // All fp16 fields are IEEE half bits (kiln::fp16_to_f32). The file formats are made only
 // of uint8_t/int8_t/uint16_t members with no padding, so a struct may be overlaid on file
-// bytes at any even address (GGUF tensor data is 32-byte aligned and every block size is
-// even).
+// bytes at any even address (GGUF tensor data is 32-byte aligned and every block size but
+// MXFP4's is even; MXFP4 is bytes only, so any address does).
 
 // x = d * (q - 8), q in 0..15. Element j < 16 is the low nibble of qs[j], element j + 16
 // its high nibble.
@@ -119,6 +120,28 @@ struct block_q6_K {
   uint16_t d;
 };
 
+// OCP Microscaling MXFP4: x = 2^(e - 127) * E2M1(q). e is an E8M0 power of two (255,
+// NaN in the spec, is never written); q is a 4-bit float, sign bit 3, magnitudes 0, 0.5,
+// 1, 1.5, 2, 3, 4, 6. Nibbles as Q4_0: element j < 16 is the low nibble of qs[j],
+// element j + 16 its high nibble. Kernels use the doubled magnitudes (kMxfp4Values, small
+// integers that fit int8 dot products) with half the block's scale (mxfp4_half_scale).
+struct block_mxfp4 {
+  uint8_t e;
+  uint8_t qs[QK / 2];
+};
+
+// 2 * E2M1(q) for each code q: bit 3 is the sign (so code 8 is -0, here 0).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128), half of the E8M0 scale, exact: e - 1 is the float exponent field for e >= 2;
+// e = 1 and e = 0 are the subnormals 2^-127 and 2^-128 (mantissa bit 22, bit 21).
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e >= 2 ? uint32_t(e - 1) << 23 : uint32_t(0x00200000) << e;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // Activations for K-quant dot products (never stored in files): x = d * q with a float d,
 // and bsums[i] = sum of the 16 q of sub-block i so dot products can fold the mins in.
 struct block_q8_K {
@@ -138,6 +161,7 @@ static_assert(sizeof(block_q4_K) == 144);
 static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
+static_assert(sizeof(block_mxfp4) == 17);
 
 }  // namespace kiln::kernels
 
@@ -159,12 +183,12 @@ const QuantTraits* quant_traits_begin();
 const QuantTraits* quant_traits_end();
 
 // n values of `type` at src (n a multiple of the block size) -> n floats. Supported: Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K. Throws kiln::Error for other
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4. Throws kiln::Error for other
 // types or a bad n; src needs the block's alignment (2 bytes, 4 for Q8_K).
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // n floats -> n / block_size blocks of `type` at dst, exactly as ggml's *_ref quantizers.
-// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K. Throws
+// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4. Throws
 // kiln::Error otherwise. The K-quants search for their scales (up to 20 candidate grids
 // per sub-block), so they are far slower than the legacy formats: about 10 million values
 // per second per thread for Q2_K/Q4_K/Q6_K, 20-40 million for Q5_K/Q3_K.
@@ -182,6 +206,7 @@ void dequantize_row_q4_K(const block_q4_K* x, float* y, size_t n);
 void dequantize_row_q5_K(const block_q5_K* x, float* y, size_t n);
 void dequantize_row_q6_K(const block_q6_K* x, float* y, size_t n);
 void dequantize_row_q8_K(const block_q8_K* x, float* y, size_t n);
+void dequantize_row_mxfp4(const block_mxfp4* x, float* y, size_t n);
 
 void quantize_row_q4_0(const float* x, block_q4_0* y, size_t n);
 void quantize_row_q4_1(const float* x, block_q4_1* y, size_t n);
@@ -194,6 +219,7 @@ void quantize_row_q4_K(const float* x, block_q4_K* y, size_t n);
 void quantize_row_q5_K(const float* x, block_q5_K* y, size_t n);
 void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n);
 void quantize_row_q8_K(const float* x, block_q8_K* y, size_t n);
+void quantize_row_mxfp4(const float* x, block_mxfp4* y, size_t n);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array: sub-blocks
 // 0..3 keep them in bytes j and j + 4; 4..7 put their low 4 bits in byte j + 4 and their

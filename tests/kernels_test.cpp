@@ -406,7 +406,7 @@ TEST(Gemm, SupportedTypes) {
       EXPECT_FALSE(ops_for(isa)->gemm_supports(t)) << type_name(t);
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
                          TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4})
       EXPECT_TRUE(ops_for(isa)->gemm_supports(t)) << type_name(t);
   }
 }
@@ -483,10 +483,10 @@ TEST(Gemm, QuantizedWeightsMatchGgmlDequantization) {
 TEST(Gemm, QuantizedWeightsAwkwardLengths) {
   std::mt19937 rng(12);
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q4_K,
-                          TensorType::Q6_K}) {
+                          TensorType::Q6_K, TensorType::MXFP4}) {
     const auto* traits = kiln::kernels::ref::quant_traits(type);
     const bool k_quant = traits->block_size == 256;
-    for (size_t n_blocks : k_quant ? std::vector<size_t>{1, 3, 5} : std::vector<size_t>{1, 3, 8, 11, 17}) {
+    for (size_t n_blocks : k_quant ? std::vector<size_t>{1, 3, 5} : std::vector<size_t>{1, 3, 5, 8, 11, 17}) {
       const size_t k = traits->block_size * n_blocks, rows = 5, n_batch = 6;
       const size_t row_bytes = n_blocks * traits->block_bytes;
       const std::vector<float> wf = random_floats(rows * k, rng);
@@ -499,6 +499,7 @@ TEST(Gemm, QuantizedWeightsAwkwardLengths) {
       const std::vector<float> x = random_floats(n_batch * k, rng);
       for (Isa isa : available_isas()) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(type) + " blocks=" + std::to_string(n_blocks));
+        // Every SIMD table runs Q8_0/Q4_0/Q4_K/Q6_K/MXFP4 in the file's layout on 8-bit activations.
         const bool int8_activations = isa != Isa::scalar && type != TensorType::Q4_1 && type != TensorType::Q5_0;
         for (size_t nb : {size_t{1}, n_batch}) {
           std::vector<float> y(nb * rows, NAN);
@@ -519,6 +520,52 @@ TEST(Gemm, QuantizedWeightsAwkwardLengths) {
               ASSERT_EQ(bits_of(alone[r]), bits_of(y[b * rows + r])) << "nb=" << nb << " b=" << b << " r=" << r;
           }
         }
+      }
+    }
+  }
+}
+
+// MXFP4 (the experts' format, read in the file's layout): every table against the scalar
+// reference over ggml's own blocks (tests/data/quant/ggml-mxfp4-fixture.gguf: ordinary,
+// awkward and MXFP4 corner-case rows, including subnormal and 2^127 scales), and the
+// batch contract: an output's bits do not depend on the batch size (beyond 1), on which
+// rows a call covers, or on the rows around it.
+TEST(Gemm, Mxfp4MatchesScalarOnGgmlBlocksAndKeepsTheBatchContract) {
+  auto fixture = gguf::File::open(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/ggml-mxfp4-fixture.gguf");
+  std::mt19937 rng(13);
+  // Each source row is one weight row against ordinary activations. The huge scales of
+  // 'mxfp4' row 4 overflow float sums: that row is held to the batch contract only.
+  for (const char* source : {"", "awkward.", "mxfp4."}) {
+    const gguf::TensorInfo* q = fixture->find_tensor(std::string(source) + "q.MXFP4");
+    const gguf::TensorInfo* dq = fixture->find_tensor(std::string(source) + "dq.MXFP4");
+    ASSERT_TRUE(q && dq) << source;
+    const size_t k = 256, rows = q->dims[1];
+    const std::vector<float> x = random_floats(7 * k, rng);
+    std::vector<float> w(rows * k);
+    std::memcpy(w.data(), dq->data, w.size() * sizeof(float));
+    for (Isa isa : available_isas()) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + source);
+      std::vector<float> y(7 * rows, NAN);
+      ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, y.data(), rows, k, 7, 0, rows});
+      for (size_t b = 0; b < 7; ++b)
+        for (size_t r = 0; r < rows; ++r) {
+          const DotReference ref = dot_reference(&w[r * k], &x[b * k], k);
+          if (ref.magnitude > 1e37) continue;  // beyond float
+          const double bound = 1e-5 * ref.magnitude + (isa == Isa::scalar ? 0.0 : ref.int8_activation_error) + 1e-30;
+          EXPECT_NEAR(y[b * rows + r], ref.value, bound) << "b=" << b << " r=" << r;
+        }
+      // Batch sizes 2..6 and single rows give the bits of the batch of 7.
+      for (size_t nb : {2, 3, 4, 5, 6}) {
+        std::vector<float> part(nb * rows, NAN);
+        ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, part.data(), rows, k, nb, 0, rows});
+        for (size_t i = 0; i < part.size(); ++i)
+          ASSERT_EQ(bits_of(part[i]), bits_of(y[i])) << "nb=" << nb << " i=" << i;
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        std::vector<float> one(7 * rows, NAN);
+        ops_for(isa)->gemm({q->type, q->data, q->row_bytes(), x.data(), k, one.data(), rows, k, 7, r, r + 1});
+        for (size_t b = 0; b < 7; ++b)
+          ASSERT_EQ(bits_of(one[b * rows + r]), bits_of(y[b * rows + r])) << r;
       }
     }
   }

@@ -329,6 +329,9 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   edit("tensor-row-not-whole-blocks", {"tensor 'blk.0.attn_k.weight'", "Q4_0 block size 32"}, [&](RawGguf& g) {
     tensor_at(g, "blk.0.attn_k.weight").type = uint32_t(TensorType::Q4_0);
   });
+  edit("tensor-mxfp4-row-not-whole-blocks", {"tensor 'blk.0.attn_k.weight'", "MXFP4 block size 32"}, [&](RawGguf& g) {
+    tensor_at(g, "blk.0.attn_k.weight").type = uint32_t(TensorType::MXFP4);
+  });
   edit("duplicate-tensor", {"tensor 'blk.0.attn_q.weight' appears twice"}, [&](RawGguf& g) {
     g.tensors.push_back(tensor_at(g, "blk.0.attn_q.weight"));
   });

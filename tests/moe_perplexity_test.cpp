@@ -1,7 +1,7 @@
 // Mixture-of-experts files scored by `kiln perplexity` against llama-perplexity: the
 // qwen3moe, Mixtral and gpt-oss reference files of tests/families_test.cpp, in F32 and quantized
 // by `kiln quantize` (whose tensors must be llama-quantize's, byte for byte: the reference
-// line carries a digest of them), on story.txt with 64-token chunks.
+// line carries a digest of them; MXFP4_MOE included), on story.txt with 64-token chunks.
 // tests/data/families/README.md says how moe.llama-perplexity.txt was made.
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "kiln/gguf.h"
 #include "kiln/tokenizer.h"
 #include "model_gen/generate_model.h"
@@ -41,14 +42,23 @@ std::vector<Line> read_references() {
   return out;
 }
 
-// The file tests/data/families/README.md's kiln-gen lines write for the shape of that name.
-// f16: the same command with --type f16 (kiln-gen's F16 file, not a conversion by quantize).
-std::string reference_file(const std::string& shape, bool f16 = false) {
+// The file tests/data/families/README.md's kiln-gen lines write for the shape of that name;
+// "SHAPE:N" is that shape with experts N wide (kiln-gen --expert-ffn N: qwen3moe-tiny's 48
+// are not whole 32-value blocks, which MXFP4_MOE needs). f16: the same command with --type
+// f16 (kiln-gen's F16 file, not a conversion by quantize).
+std::string reference_file(const std::string& file, bool f16 = false) {
   static std::map<std::string, std::string> written;
-  auto it = written.find(shape + (f16 ? "-f16" : ""));
+  const std::string key = file + (f16 ? "-f16" : "");
+  auto it = written.find(key);
   if (it != written.end()) return it->second;
+  const size_t colon = file.find(':');
+  const std::string shape = file.substr(0, colon);
   kiln::gen::GenerateOptions o = kiln::gen::peaky_options(shape, 7, shape == "qwen3moe-tiny");
   if (f16) o.type = kiln::TensorType::F16;
+  if (colon != std::string::npos) {
+    o.shape.expert_ffn_dim = uint32_t(std::stoul(file.substr(colon + 1)));
+    if (o.shape.arch == "llama") o.shape.ffn_dim = o.shape.expert_ffn_dim;  // as kiln-gen --expert-ffn
+  }
   const auto from_json = [&](const std::string& rel) {
     return kiln::gen::build_model(o, kiln::Tokenizer::from_file(shared_path(rel))->vocab()).to_bytes();
   };
@@ -56,9 +66,11 @@ std::string reference_file(const std::string& shape, bool f16 = false) {
       shape == "qwen3moe-tiny"   ? from_json("tokenizers/qwen3-hf/tokenizer.json")
       : shape == "gpt-oss-tiny" ? from_json("tokenizers/llama3-hf/tokenizer.json")
           : kiln::gen::build_model(o, *kiln::gguf::File::open(shared_path("vocab/ggml-vocab-llama-spm.gguf"))).to_bytes();
-  const std::string path = temp_dir() + "/" + shape + (f16 ? "-f16" : "") + ".gguf";
+  std::string name = key;
+  std::replace(name.begin(), name.end(), ':', '-');
+  const std::string path = temp_dir() + "/" + name + ".gguf";
   write_file(path, std::string(bytes.begin(), bytes.end()));
-  return written[shape + (f16 ? "-f16" : "")] = path;
+  return written[key] = path;
 }
 
 // sha256 of "name type sha256(bytes)\n" for the tensors sorted by name: what the reference
@@ -78,34 +90,44 @@ std::string tensor_digest(const std::string& path) {
 // random peaky models in which two experts' router scores can nearly tie, and a
 // difference in the last bits of an activation's Q8 quantization then flips the choice
 // for one token; llama.cpp itself moves chunk 2 of mixtral-tiny Q8_0 by 0.3% between
-// -ub 16 and -ub 64. Seen: Q4_0 0.004-0.008%, Q4_K_M 0.04-0.45%, Q8_0 0.09-0.56%; F16
-// weights 0.26% (llama.cpp rounds the activations to fp16 for them, kiln does not). A wrong expert
+// -ub 16 and -ub 64. Seen: Q4_0 0.004-0.008%, Q4_K_M 0.04-0.45%, Q8_0 0.09-0.56%,
+// MXFP4_MOE 0.02-0.08% (qwen3moe-tiny:64 F32 5e-7); F16 weights 0.26% (llama.cpp rounds the
+// activations to fp16 for them, kiln does not). A wrong expert
 // kernel or routing rule moves these files by far more (the F32 numbers show how closely
 // the rest agrees).
 double tolerance(const std::string& preset) { return preset == "F32" ? 5e-4 : 1e-2; }
 
 TEST(MoePerplexity, MatchesLlamaPerplexityInF32AndQuantized) {
   const std::vector<Line> refs = read_references();
-  ASSERT_EQ(refs.size(), 10u);
+  ASSERT_EQ(refs.size(), 14u);
   const std::string story = std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt";
   for (const Line& ref : refs) {
     SCOPED_TRACE(ref.file + " " + ref.preset);
     std::string model = reference_file(ref.file, ref.preset == "F16");
     if (ref.preset != "F32" && ref.preset != "F16") {
-      const std::string quantized = temp_dir() + "/" + ref.file + "-" + ref.preset + ".gguf";
+      const std::string quantized = model.substr(0, model.size() - 5) + "-" + ref.preset + ".gguf";
       auto q = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(model) + " " + shell_quote(quantized) +
                            " " + ref.preset + " --quiet");
       ASSERT_EQ(q.exit_code, 0) << q.err;
       model = quantized;
     }
     EXPECT_EQ(tensor_digest(model), ref.digest) << "not the tensors llama.cpp scored";
-    auto r = run_command(shell_quote(kiln_binary()) + " perplexity " + shell_quote(model) + " -f " + shell_quote(story) +
-                         " -c 64 -t 2");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    double ppl = 0, err = 0;
-    ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
-    EXPECT_NEAR(ppl, ref.ppl, ref.ppl * tolerance(ref.preset));
-    EXPECT_NEAR(err, ref.err, ref.err * 5 * tolerance(ref.preset));
+    // MXFP4 experts have an integer kernel per table: each SIMD table this machine runs
+    // scores them (the default one for the other files).
+    std::vector<std::string> isas = {""};
+    if (ref.preset == "MXFP4_MOE")
+      for (kiln::kernels::Isa isa : kiln::kernels::available_isas())
+        if (isa != kiln::kernels::Isa::scalar) isas.push_back(kiln::kernels::isa_name(isa));
+    for (const std::string& isa : isas) {
+      SCOPED_TRACE("KILN_ISA=" + isa);
+      auto r = run_command((isa.empty() ? "" : "KILN_ISA=" + isa + " ") + shell_quote(kiln_binary()) + " perplexity " +
+                           shell_quote(model) + " -f " + shell_quote(story) + " -c 64 -t 2");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      double ppl = 0, err = 0;
+      ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
+      EXPECT_NEAR(ppl, ref.ppl, ref.ppl * tolerance(ref.preset));
+      EXPECT_NEAR(err, ref.err, ref.err * 5 * tolerance(ref.preset));
+    }
   }
 }
 

@@ -172,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, Stories260K, testing::ValuesIn(kKPresets), pre
 // head sizes other than dim / heads, and gemma2's FFN of 384 takes ffn_down's fallbacks.
 // The two mixtures of experts (expert width = ffn_dim) cover ffn_down positions taken
 // from the tensor name (qwen3moe, 4 experts) and the rules for exactly 8 experts (Mixtral),
-// which reach the legacy presets too, so their tables have all fourteen.
+// which reach the legacy presets too, so their tables have all fourteen, plus MXFP4_MOE
+// (experts MXFP4, every other matrix Q8_0).
 struct Family {
   const char* name;
   const char* tiny_shape;
@@ -216,7 +217,12 @@ class Families : public testing::TestWithParam<Family> {};
 TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryPreset) {
   const Family& f = GetParam();
   const Table table = read_table(std::string("llama-quantize-") + f.name + ".tsv");
-  ASSERT_EQ(table.presets, f.n_experts ? k_and_legacy_presets() : kKPresets);
+  std::vector<std::string> presets = kKPresets;
+  if (f.n_experts) {
+    presets = k_and_legacy_presets();
+    presets.push_back("MXFP4_MOE");
+  }
+  ASSERT_EQ(table.presets, presets);
   const Input model = family_model(f);
   for (const std::string& preset : table.presets) expect_like_llama_quantize(model, table, preset);
 }

@@ -33,6 +33,7 @@ TEST(QuantizePresets, NamesFileTypesAndBaseTypes) {
       {"Q3_K_L", 13, TensorType::Q3_K, true},  {"Q4_K_S", 14, TensorType::Q4_K, true},
       {"Q4_K_M", 15, TensorType::Q4_K, true},  {"Q5_K_S", 16, TensorType::Q5_K, true},
       {"Q5_K_M", 17, TensorType::Q5_K, true},  {"Q6_K", 18, TensorType::Q6_K, true},
+      {"MXFP4_MOE", 38, TensorType::MXFP4, false},
   };
   for (const Want& w : want) {
     const Preset* p = find_preset(w.name);
@@ -49,7 +50,8 @@ TEST(QuantizePresets, NamesFileTypesAndBaseTypes) {
   EXPECT_EQ(find_preset("Q3_K"), find_preset("Q3_K_M"));
   EXPECT_EQ(find_preset("q4_k"), find_preset("Q4_K_M"));
   EXPECT_EQ(find_preset("Q5_K"), find_preset("Q5_K_M"));
-  for (const char* bad : {"Q7_7", "Q8_K", "F16", "Q2_K_S", "IQ2_XS", "", "Q4_K_MM"})
+  EXPECT_EQ(find_preset("mxfp4_moe"), find_preset("MXFP4_MOE"));
+  for (const char* bad : {"Q7_7", "Q8_K", "F16", "Q2_K_S", "IQ2_XS", "", "Q4_K_MM", "MXFP4"})
     EXPECT_EQ(find_preset(bad), nullptr) << bad;
 }
 
@@ -280,6 +282,45 @@ TEST(QuantizeMix, LegacyPresetsQuantizeEveryMatrixThatFits) {
       // The output projection (rows of 64: not whole Q6_K super-blocks) gets Q8_0, as
       // llama-quantize gives it.
       EXPECT_EQ(c[i].type, t.name == "output.weight" ? TensorType::Q8_0 : TensorType::Q4_0) << t.name;
+    }
+  }
+}
+
+// MXFP4_MOE follows llama-quantize's shape rule, not names: a stacked matrix of more than
+// one expert (third dimension > 1) gets MXFP4, every other quantizable matrix Q8_0 (the
+// output and the router excepted as in every preset), whatever the architecture; rows that
+// are not whole 32-value blocks are refused with the tensor's name, as llama-quantize has
+// no fallback for MXFP4 or Q8_0. (Whole models: quant_llama_tables_test.cpp.)
+TEST(QuantizeMix, Mxfp4MoeGivesExpertsMxfp4AndTheRestQ8_0) {
+  const std::vector<TensorDesc> t = {
+      {"token_embd.weight", {64, 512}, TensorType::F16},
+      {"output.weight", {64, 512}, TensorType::F16},
+      {"output_norm.weight", {64}, TensorType::F32},
+      {"blk.0.attn_q.weight", {64, 64}, TensorType::F16},
+      {"blk.0.ffn_gate_inp.weight", {64, 4}, TensorType::F32},
+      {"blk.0.ffn_up_exps.weight", {64, 96, 4}, TensorType::F16},
+      {"blk.0.ffn_down_exps.weight", {96, 64, 4}, TensorType::BF16},
+      {"blk.0.ffn_down_exps_one.weight", {96, 64, 1}, TensorType::F16},  // one expert: not stacked
+      {"blk.0.ffn_up_shexp.weight", {64, 96}, TensorType::F16},
+  };
+  const TensorType want[] = {TensorType::Q8_0, TensorType::Q8_0, TensorType::F32, TensorType::Q8_0, TensorType::F32,
+                             TensorType::MXFP4, TensorType::MXFP4, TensorType::Q8_0, TensorType::Q8_0};
+  for (const ModelFacts& facts : {ModelFacts{"qwen3moe", 1, 4, 2, 4}, ModelFacts{"gpt-oss", 1, 4, 2, 4}, ModelFacts{}}) {
+    const auto c = choose_types(*find_preset("MXFP4_MOE"), facts, t);
+    ASSERT_EQ(c.size(), t.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(c[i].type, want[i]) << facts.arch << " " << t[i].name;
+      EXPECT_FALSE(c[i].fell_back) << t[i].name;
+    }
+  }
+  for (const TensorDesc& odd : {TensorDesc{"blk.3.ffn_down_exps.weight", {48, 64, 8}, TensorType::F16},
+                                TensorDesc{"blk.3.attn_k.weight", {48, 64}, TensorType::F16}}) {
+    try {
+      choose_types(*find_preset("MXFP4_MOE"), {"qwen3moe", 4, 4, 2, 8}, {odd});
+      ADD_FAILURE() << odd.name << ": rows of 48 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(odd.name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rows of 48"), std::string::npos) << e.what();
     }
   }
 }

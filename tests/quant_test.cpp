@@ -71,7 +71,7 @@ TEST(QuantTraits, AgreeWithTheGgufTypeTable) {
     EXPECT_TRUE(t->can_dequantize) << t->name;
     EXPECT_EQ(ref::quant_traits(t->type), t);
   }
-  EXPECT_EQ(count, 11u);
+  EXPECT_EQ(count, 12u);
   for (TensorType t : kQuantizable) EXPECT_TRUE(ref::quant_traits(t)->can_quantize);
   for (TensorType t : kKQuants) EXPECT_TRUE(ref::quant_traits(t)->can_quantize);
   EXPECT_EQ(ref::quant_traits(TensorType::F16), nullptr);

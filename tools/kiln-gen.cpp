@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
   app.add_option("--longrope", longrope,
                  "phi3: LongRoPE (rope_factors_short/long.weight, attn factor) for this original context");
   app.add_option("--context", context, "Override the shape's context_length");
+  uint32_t expert_ffn = 0;
+  app.add_option("--expert-ffn", expert_ffn,
+                 "Mixture-of-experts shapes: override the experts' width (e.g. 64 for whole MXFP4/Q8_0 blocks)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -75,6 +78,11 @@ int main(int argc, char** argv) {
     if (swa_pattern) o.shape.swa_pattern = swa_pattern;
     if (context) o.shape.n_ctx = context;
     if (longrope) o.shape.longrope_orig_ctx = longrope;
+    if (expert_ffn) {
+      if (!o.shape.n_experts) throw kiln::Error("--expert-ffn is for mixture-of-experts shapes");
+      o.shape.expert_ffn_dim = expert_ffn;
+      if (o.shape.arch == "llama") o.shape.ffn_dim = expert_ffn;  // Mixtral's files give the width as feed_forward_length
+    }
     o.type = *type;
     o.seed = seed;
 

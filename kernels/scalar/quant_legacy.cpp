@@ -1,5 +1,6 @@
 // Reference (de)quantization of the 32-element legacy formats Q4_0, Q4_1, Q5_0, Q5_1 and
-// Q8_0, plus the type table and the by-type entry points for all formats.
+// Q8_0, plus the type table and the by-type entry points for all formats (MXFP4's own
+// functions are in quant_mxfp4.cpp).
 //
 // The quantizers reproduce ggml's *_ref functions bit for bit, so their quirks are kept on
 // purpose: the scale is computed in float and only *stored* as fp16 (quants come from the
@@ -218,6 +219,7 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::Q5_K, "Q5_K", 256, sizeof(block_q5_K), true, true},
     {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), true, true},
     {TensorType::Q8_K, "Q8_K", 256, sizeof(block_q8_K), true, true},
+    {TensorType::MXFP4, "MXFP4", 32, sizeof(block_mxfp4), true, true},
 };
 
 // Throws unless `supported` and n is whole blocks of t (t may be null: unknown type).
@@ -254,6 +256,7 @@ void dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
     case TensorType::Q5_K: return dequantize_row_q5_K(static_cast<const block_q5_K*>(src), dst, n);
     case TensorType::Q6_K: return dequantize_row_q6_K(static_cast<const block_q6_K*>(src), dst, n);
     case TensorType::Q8_K: return dequantize_row_q8_K(static_cast<const block_q8_K*>(src), dst, n);
+    case TensorType::MXFP4: return dequantize_row_mxfp4(static_cast<const block_mxfp4*>(src), dst, n);
     default: break;
   }
   throw Error("dequantize_row: traits and switch disagree");  // unreachable
@@ -274,6 +277,7 @@ void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::Q5_K: return quantize_row_q5_K(src, static_cast<block_q5_K*>(dst), n);
     case TensorType::Q6_K: return quantize_row_q6_K(src, static_cast<block_q6_K*>(dst), n);
     case TensorType::Q8_K: return quantize_row_q8_K(src, static_cast<block_q8_K*>(dst), n);
+    case TensorType::MXFP4: return quantize_row_mxfp4(src, static_cast<block_mxfp4*>(dst), n);
     default: break;
   }
   throw Error("quantize_row: traits and switch disagree");  // unreachable

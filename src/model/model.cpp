@@ -61,7 +61,7 @@ WeightView Model::weight(const std::string& name, std::vector<uint64_t> expect_d
   if (t->dims.size() >= 2 && !kernels::ops().gemm_supports(t->type))
     throw Error(file_->path() + ": tensor '" + name + "' has type " + type_name(t->type) +
                 ", which kiln cannot compute yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4)");
   WeightView w;
   w.info = t;
   w.type = t->type;

@@ -31,6 +31,7 @@ constexpr Preset kPresets[] = {
     {"Q5_K_S", FileType::Q5_K_S, TensorType::Q5_K, true},
     {"Q5_K_M", FileType::Q5_K_M, TensorType::Q5_K, true},
     {"Q6_K", FileType::Q6_K, TensorType::Q6_K, true},
+    {"MXFP4_MOE", FileType::MXFP4_MOE, TensorType::MXFP4, false},
 };
 
 // llama-quantize accepts the bare K type names for its medium mixes.
@@ -340,6 +341,21 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, c
   return out;
 }
 
+// MXFP4_MOE: llama-quantize's rule tests the third dimension, not the name, so any
+// stacked matrix of several experts qualifies and a [n, m, 1] tensor does not.
+std::vector<TypeChoice> mxfp4_moe_types(const std::vector<TensorDesc>& tensors) {
+  std::vector<TypeChoice> out;
+  for (const TensorDesc& t : tensors) {
+    if (!llama_quantizes(t)) {
+      out.push_back(plain(t.type));
+      continue;
+    }
+    const bool experts = t.dims.size() >= 3 && t.dims[2] > 1 && role_of(t.name) != Role::output;
+    out.push_back(fit_row_length(experts ? TensorType::MXFP4 : TensorType::Q8_0, t));
+  }
+  return out;
+}
+
 }  // namespace
 
 const Preset* find_preset(std::string_view name) {
@@ -359,6 +375,7 @@ std::string preset_names() {
 
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors) {
+  if (preset.file_type == FileType::MXFP4_MOE) return mxfp4_moe_types(tensors);
   if (!preset.llama_mix) return legacy_types(preset, model, tensors);
   const ArchRule* arch = arch_rule(model.arch);
   if (!arch) {

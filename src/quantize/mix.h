@@ -20,6 +20,11 @@
 // for Q8_0 or rows that are not whole super-blocks), as llama-quantize does. Where
 // llama-quantize refuses a model (rows that are not whole 32-value blocks), kiln keeps
 // those tensors' type instead.
+//
+// MXFP4_MOE (gpt-oss's format): a mixture of experts' stacked 3-D matrices (more than one
+// expert) get MXFP4, every other matrix llama-quantize quantizes Q8_0, the output
+// projection included. Rows that are not whole 32-value blocks are refused, naming the
+// tensor, as llama-quantize refuses them (it has no fallback for either type).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -45,13 +50,14 @@ enum class FileType : uint32_t {
   Q5_K_S = 16,
   Q5_K_M = 17,
   Q6_K = 18,
+  MXFP4_MOE = 38,
 };
 
 struct Preset {
   std::string_view name;  // as llama-quantize spells it
   FileType file_type;
   TensorType base_type;   // what most matrices get
-  bool llama_mix;         // llama-quantize's per-tensor rules (the K mixes)
+  bool llama_mix;         // llama-quantize's per-tensor rules (the K mixes; MXFP4_MOE has its own)
 };
 
 // The preset of that name, case-insensitive; Q3_K, Q4_K and Q5_K are aliases of the _M

@@ -1,7 +1,7 @@
 // AVX2 gemm: float weights by kernels/x86/gemm_float.h over 8 lanes and 16 registers,
 // packed quantized weights by gemm_packed.cpp (or gemm_packed_vnni.cpp for the avxvnni
-// table), Q8_0/Q4_0/Q4_K/Q6_K in the file's layout by gemm_quant.cpp, other quantized
-// weights by the scalar reference.
+// table), Q8_0/Q4_0/Q4_K/Q6_K in the file's layout by gemm_quant.cpp, MXFP4 by
+// gemm_mxfp4.cpp, other quantized weights by the scalar reference.
 #include "kernels/kernels.h"
 #include "kernels/tables.h"
 #include "kernels/x86/avx2/gemm_packed.h"
@@ -22,7 +22,7 @@ using FloatGemm = x86::FloatGemm<Vec, kShape>;
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
   if (a.w_packed) return gemm_packed(a);
-  if (gemm_quant(a)) return;
+  if (gemm_quant(a) || gemm_mxfp4(a)) return;
   if (!FloatGemm::run(a)) scalar_ops().gemm(a);
 }
 

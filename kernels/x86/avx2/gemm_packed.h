@@ -13,6 +13,9 @@ void gemm(const GemmArgs& a);
 bool gemm_quant(const GemmArgs& a);
 // Plain AVX2: integer dots by vpmaddubsw + vpmaddwd (gemm_packed.cpp).
 void gemm_packed(const GemmArgs& a);
+// MXFP4 weights in the file's layout (gemm_mxfp4.cpp); false: not MXFP4 or k too long,
+// nothing done.
+bool gemm_mxfp4(const GemmArgs& a);
 #ifdef KILN_HAVE_AVXVNNI
 void gemm_vnni(const GemmArgs& a);
 // AVX-VNNI: integer dots by the VEX vpdpbusd (gemm_packed_vnni.cpp, built with -mavxvnni;

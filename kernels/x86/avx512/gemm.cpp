@@ -1,6 +1,6 @@
 // AVX-512 gemm: float weights by kernels/x86/gemm_float.h over 16 lanes and 32
-// registers, packed quantized weights by gemm_packed.cpp, and Q8_0 / Q4_0 / Q4_K / Q6_K weights
-// in the file's layout by the VNNI paths here.
+// registers, packed quantized weights by gemm_packed.cpp, and Q8_0 / Q4_0 / Q4_K / Q6_K /
+// MXFP4 weights in the file's layout by the VNNI paths here.
 //
 // Everything is in an anonymous namespace: no out-of-line AVX-512 copy of a shared
 // inline function can leak to other translation units.
@@ -69,10 +69,10 @@ void matvec_quant(const GemmArgs& a) {
   }
 }
 
-// Integer decode for Q8_0 / Q4_0 (VNNI): the activation row is quantized to 8 bits per
-// 32-block (d = amax / 127, q = round(x / d)), then each pair of weight blocks is one
+// Integer decode for Q8_0 / Q4_0 / MXFP4 (VNNI): the activation row is quantized to 8 bits
+// per 32-block (d = amax / 127, q = round(x / d)), then each pair of weight blocks is one
 // vpdpbusd. vpdpbusd wants unsigned weights, so they are stored shifted (Q4_0 is already
-// q + 8; Q8_0 gets q + 128) and offset * sum(x_q) is subtracted from each block's integer
+// q + 8; Q8_0 gets q + 128, MXFP4's doubled values + 12) and offset * sum(x_q) is subtracted from each block's integer
 // sum, which keeps every block's dot product exact in int32 before its scale is applied.
 // The 8-bit activations move each x by at most (1/2 + 127/2048) / 127 of its block's
 // largest |x| (rounding, plus the fp16 scale; kernels_test states the bound).
@@ -80,10 +80,37 @@ constexpr size_t kMaxQuantK = 16384;
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
+// The 32-element types these kernels read in the file's layout: block bytes and the offset
+// that makes their integer weights unsigned. MXFP4 blocks hold E2M1 codes; their doubled values (-12..12, kMxfp4Values) are the
+// integers, and half the E8M0 scale the block's scale.
+template <TensorType T>
+inline constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : T == TensorType::MXFP4 ? 17 : 18;
+template <TensorType T>
+inline constexpr int32_t kOffset = T == TensorType::Q8_0 ? 128 : T == TensorType::MXFP4 ? 12 : 8;
+
+template <TensorType T>
 inline float block_scale(const uint8_t* blk) {
-  uint16_t dh;
-  __builtin_memcpy(&dh, blk, 2);
-  return _cvtsh_ss(dh);
+  if constexpr (T == TensorType::MXFP4) {
+    return mxfp4_half_scale(blk[0]);
+  } else {
+    uint16_t dh;
+    __builtin_memcpy(&dh, blk, 2);
+    return _cvtsh_ss(dh);
+  }
+}
+
+// The scales of 8 consecutive blocks.
+template <TensorType T>
+inline __m256 block_scales8(const uint8_t* w8) {
+  if constexpr (T == TensorType::MXFP4) {
+    alignas(32) float d[8];
+    for (int i = 0; i < 8; ++i) d[i] = mxfp4_half_scale(w8[i * kBlockBytes<T>]);
+    return _mm256_load_ps(d);
+  } else {
+    alignas(16) uint16_t dh[8];
+    for (int i = 0; i < 8; ++i) __builtin_memcpy(&dh[i], w8 + i * kBlockBytes<T>, 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+  }
 }
 
 // The unsigned weights of blocks A and B (B may be absent: zeros), 32 bytes each.
@@ -94,11 +121,19 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
     const __m256i qb = b ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)) : _mm256_set1_epi8(-128);
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1), _mm512_set1_epi8(-128));
   } else {
-    const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
-    const __m128i qb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)) : _mm_setzero_si128();
+    constexpr int kQs = T == TensorType::MXFP4 ? 1 : 2;
+    const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + kQs));
+    const __m128i qb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs)) : _mm_setzero_si128();
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
     const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_and_si256(both, mask), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+    __m256i lo = _mm256_and_si256(both, mask), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+    if constexpr (T == TensorType::MXFP4) {
+      // Codes -> doubled E2M1 value + 12, in 0..24 (an absent block's zeros become 12s
+      // against zero activations: nothing).
+      const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+      lo = _mm256_shuffle_epi8(table, lo);
+      hi = _mm256_shuffle_epi8(table, hi);
+    }
     // [A_lo, B_lo, A_hi, B_hi] -> [A_lo, A_hi, B_lo, B_hi]: elements 0..15 then 16..31 per block.
     const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
@@ -121,8 +156,8 @@ struct PairPick {
 template <TensorType T, int NB>
 inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
                          const int32_t* const* xs, size_t n_blocks, __m512* acc) {
-  constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? 34 : 18;
-  constexpr int32_t kOffset = T == TensorType::Q8_0 ? 128 : 8;
+  constexpr size_t kBytes = kBlockBytes<T>;
+  constexpr int32_t kOff = kOffset<T>;
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   // Eight blocks at a time: their scales and offset corrections as vectors. Each output
@@ -130,17 +165,15 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   const PairPick pick;
   size_t blk = 0;
   for (; blk + 8 <= n_blocks; blk += 8) {
-    const uint8_t* w8 = w + blk * kBlockBytes;
-    alignas(16) uint16_t dh[8];
-    for (int i = 0; i < 8; ++i) __builtin_memcpy(&dh[i], w8 + i * kBlockBytes, 2);
-    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const uint8_t* w8 = w + blk * kBytes;
+    const __m256 dw = block_scales8<T>(w8);
     __m512i wv[4];
-    for (int p = 0; p < 4; ++p) wv[p] = weight_pair<T>(w8 + 2 * p * kBlockBytes, w8 + (2 * p + 1) * kBlockBytes);
+    for (int p = 0; p < 4; ++p) wv[p] = weight_pair<T>(w8 + 2 * p * kBytes, w8 + (2 * p + 1) * kBytes);
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       const __m512 scale8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk)));
       const __m512i corr8 = _mm512_castsi256_si512(_mm256_mullo_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOffset)));
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff)));
       for (int p = 0; p < 4; ++p) {
         __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[p], _mm512_loadu_si512(xq[j] + 32 * (blk + 2 * p)));
         sum = _mm512_sub_epi32(sum, _mm512_maskz_permutexvar_epi32(0x0101, pick[p], corr8));
@@ -150,18 +183,18 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   }
   for (; blk < n_blocks; blk += 2) {
     const bool pair = blk + 1 < n_blocks;
-    const uint8_t* wa = w + blk * kBlockBytes;
-    const uint8_t* wb = pair ? wa + kBlockBytes : nullptr;
+    const uint8_t* wa = w + blk * kBytes;
+    const uint8_t* wb = pair ? wa + kBytes : nullptr;
     const __m512i wv = weight_pair<T>(wa, wb);
-    const float sa = block_scale(wa), sb = pair ? block_scale(wb) : 0.0f;
+    const float sa = block_scale<T>(wa), sb = pair ? block_scale<T>(wb) : 0.0f;
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       const int8_t* x = xq[j] + 32 * blk;
       const __m512i xv = pair ? _mm512_loadu_si512(x) : _mm512_maskz_loadu_epi8(0xffffffffull, x);
       __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
       // The offset correction goes into the first lane of each block: exact integers.
-      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOffset * xs[j][blk]);
-      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOffset * xs[j][blk + 1]);
+      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOff * xs[j][blk]);
+      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOff * xs[j][blk + 1]);
       sum = _mm512_sub_epi32(sum, corr);
       const float da = sa * xd[j][blk], db = pair ? sb * xd[j][blk + 1] : 0.0f;
       const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
@@ -373,6 +406,7 @@ void gemm(const GemmArgs& a) {
     if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);
     if (a.w_type == TensorType::Q4_K) return gemm_quant_vnni<TensorType::Q4_K>(a);
     if (a.w_type == TensorType::Q6_K) return gemm_quant_vnni<TensorType::Q6_K>(a);
+    if (a.w_type == TensorType::MXFP4) return gemm_quant_vnni<TensorType::MXFP4>(a);
   }
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
