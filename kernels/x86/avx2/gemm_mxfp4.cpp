@@ -14,6 +14,7 @@
 #include "kernels/tables.h"
 #include "kernels/x86/avx2/gemm_packed.h"
 #include "kernels/x86/avx2/vec.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx2 {
 namespace {
@@ -35,11 +36,12 @@ inline __m256i block_values(const block_mxfp4& b) {
 // (added at the end), the same for every NB, so an output does not depend on the batch.
 template <int NB>
 inline void row_dot(const block_mxfp4* w, size_t n_blocks, const int8_t* const* xq, const float* const* xd,
-                    float* const* out) {
+                    float* const* out, const uint8_t* end) {
   __m256 acc[NB][2];
   for (int j = 0; j < NB; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (size_t blk = 0; blk < n_blocks; ++blk) {
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(w + blk), sizeof(block_mxfp4), end);
     const __m256i v = block_values(w[blk]);
     const __m256i v_abs = _mm256_sign_epi8(v, v);
     const float dw = mxfp4_half_scale(w[blk].e);
@@ -61,6 +63,7 @@ bool gemm_mxfp4(const GemmArgs& a) {
   alignas(32) int8_t xq[kRows][kMaxK];
   float xd[kRows][kMaxK / 32];
   int32_t xs[kMaxK / 32];  // the sums quantize_q8_32 also gives; unused here
+  const uint8_t* end = static_cast<const uint8_t*>(a.w) + a.r1 * a.w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = a.n_batch - b0 < kRows ? a.n_batch - b0 : kRows;
     for (size_t b = 0; b < nb; ++b) Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs);
@@ -72,10 +75,10 @@ bool gemm_mxfp4(const GemmArgs& a) {
       const float* d[kRows] = {xd[0], xd[1], xd[2], xd[3]};
       size_t b = 0;
       if (nb == kRows) {
-        row_dot<kRows>(w, n_blocks, q, d, out);
+        row_dot<kRows>(w, n_blocks, q, d, out, end);
         b = kRows;
       }
-      for (; b < nb; ++b) row_dot<1>(w, n_blocks, q + b, d + b, out + b);
+      for (; b < nb; ++b) row_dot<1>(w, n_blocks, q + b, d + b, out + b, end);
     }
   }
   return true;

@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 #include "kernels/x86/avx2/gemm_packed.h"
 #include "kernels/x86/avx2/vec.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx2 {
 namespace {
@@ -48,8 +49,10 @@ inline __m256i q4_0_nibbles(const uint8_t* qs) {
 }
 
 template <TensorType T, int NB>
-inline void row_acc_legacy(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc) {
+inline void row_acc_legacy(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc, const uint8_t* end) {
+  constexpr size_t kBlockBytes = T == TensorType::Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
   for (size_t blk = 0; blk < n_blocks; ++blk) {
+    x86::prefetch_ahead(w + blk * kBlockBytes, kBlockBytes, end);
     __m256i wv, sign;
     float dw;
     if constexpr (T == TensorType::Q8_0) {
@@ -81,13 +84,14 @@ inline void row_acc_legacy(const uint8_t* w, const Act* x, size_t n_blocks, __m2
 // 2p+1 in the high ones. The mins' part, dmin * m * dx * sum(xq) per sub-block, gathers in
 // its own vector and leaves the accumulator at the end.
 template <int NB>
-inline void row_acc_q4_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc) {
+inline void row_acc_q4_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc, const uint8_t* end) {
   __m256 mins[NB];
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) mins[j] = _mm256_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const auto* b = reinterpret_cast<const block_q4_K*>(w) + sb;
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(b), sizeof(block_q4_K), end);
     alignas(8) uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(b->scales, j, &sc[j], &m[j]);
     const auto widen = [](const uint8_t* v) {
@@ -122,10 +126,11 @@ inline void row_acc_q4_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256
 // ql[64h + 32(c & 1) + l] (the high nibble for c >= 2) and its top bits from bits 2c, 2c+1
 // of qh[32h + l]; its two 16-element halves have scales 8h + 2c and 8h + 2c + 1.
 template <int NB>
-inline void row_acc_q6_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc) {
+inline void row_acc_q6_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256* acc, const uint8_t* end) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const auto* b = reinterpret_cast<const block_q6_K*>(w) + sb;
+    x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(b), sizeof(block_q6_K), end);
     const float d = half_to_float(b->d);
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = load32(b->ql + 64 * h), ql1 = load32(b->ql + 64 * h + 32), qh = load32(b->qh + 32 * h);
@@ -152,13 +157,13 @@ inline void row_acc_q6_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256
 }
 
 template <TensorType T, int NB>
-inline void row_dot(const uint8_t* w, const Act* x, size_t n_blocks, float* const* out) {
+inline void row_dot(const uint8_t* w, const Act* x, size_t n_blocks, float* const* out, const uint8_t* end) {
   __m256 acc[NB];
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm256_setzero_ps();
-  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, x, n_blocks, acc);
-  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, x, n_blocks, acc);
-  else row_acc_legacy<T, NB>(w, x, n_blocks, acc);
+  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, x, n_blocks, acc, end);
+  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, x, n_blocks, acc, end);
+  else row_acc_legacy<T, NB>(w, x, n_blocks, acc, end);
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
 }
@@ -170,6 +175,7 @@ void gemm_rows(const GemmArgs& a) {
   float xd[kRows][kMaxK / 32];
   int32_t xs[kRows][kMaxK / 32];
   const uint8_t* weights = static_cast<const uint8_t*>(a.w);
+  const uint8_t* end = weights + a.r1 * a.w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = std::min(kRows, a.n_batch - b0);
     Act x[kRows];
@@ -182,11 +188,11 @@ void gemm_rows(const GemmArgs& a) {
       float* y = a.y + b0 * a.ldy + r;
       if (nb == kRows) {
         float* out[kRows] = {y, y + a.ldy, y + 2 * a.ldy, y + 3 * a.ldy};
-        row_dot<T, kRows>(w, x, n_blocks, out);
+        row_dot<T, kRows>(w, x, n_blocks, out, end);
       } else {
         for (size_t b = 0; b < nb; ++b) {
           float* out[1] = {y + b * a.ldy};
-          row_dot<T, 1>(w, x + b, n_blocks, out);
+          row_dot<T, 1>(w, x + b, n_blocks, out, end);
         }
       }
     }

@@ -14,6 +14,7 @@
 #include "kernels/x86/avx512/gemm_packed.h"
 #include "kernels/x86/avx512/vec.h"
 #include "kernels/x86/gemm_float.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -113,6 +114,8 @@ inline __m256 block_scales8(const uint8_t* w8) {
   }
 }
 
+using x86::prefetch_ahead;
+
 // The unsigned weights of blocks A and B (B may be absent: zeros), 32 bytes each.
 template <TensorType T>
 inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
@@ -155,7 +158,7 @@ struct PairPick {
 // identical for any NB.
 template <TensorType T, int NB>
 inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, __m512* acc) {
+                         const int32_t* const* xs, size_t n_blocks, __m512* acc, const uint8_t* end) {
   constexpr size_t kBytes = kBlockBytes<T>;
   constexpr int32_t kOff = kOffset<T>;
 #pragma GCC unroll 4
@@ -166,6 +169,7 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   size_t blk = 0;
   for (; blk + 8 <= n_blocks; blk += 8) {
     const uint8_t* w8 = w + blk * kBytes;
+    prefetch_ahead(w8, 8 * kBytes, end);
     const __m256 dw = block_scales8<T>(w8);
     __m512i wv[4];
     for (int p = 0; p < 4; ++p) wv[p] = weight_pair<T>(w8 + 2 * p * kBytes, w8 + (2 * p + 1) * kBytes);
@@ -210,7 +214,7 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
 // ones, which lines up with activation blocks 2p, 2p+1 for one vpdpbusd.
 template <int NB>
 inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, __m512* acc) {
+                         const int32_t* const* xs, size_t n_blocks, __m512* acc, const uint8_t* end) {
   constexpr size_t kSuperBytes = sizeof(block_q4_K);
   __m256 mins[NB];
 #pragma GCC unroll 4
@@ -219,6 +223,7 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
   const PairPick pick;
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
+    prefetch_ahead(w + sb * kSuperBytes, kSuperBytes, end);
     alignas(8) uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(blk->scales, j, &sc[j], &m[j]);
     const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)),
@@ -256,7 +261,7 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
 // (its dx). The -32 is taken off in integers: 32 * sum(xq) per lane by a second vpdpbusd.
 template <int NB>
 inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd, size_t n_blocks,
-                         __m512* acc) {
+                         __m512* acc, const uint8_t* end) {
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
@@ -269,6 +274,7 @@ inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float*
       _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q6_K* blk = reinterpret_cast<const block_q6_K*>(w + sb * sizeof(block_q6_K));
+    prefetch_ahead(w + sb * sizeof(block_q6_K), sizeof(block_q6_K), end);
     const __m512 d_sc = _mm512_mul_ps(
         _mm512_set1_ps(_cvtsh_ss(blk->d)),
         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
@@ -303,17 +309,17 @@ inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float*
 // whose horizontal sums are the dot products.
 template <TensorType T, int NB>
 inline void row_acc(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
-                    size_t n_blocks, __m512* acc) {
-  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, xq, xd, xs, n_blocks, acc);
-  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, xq, xd, n_blocks, acc);
-  else row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc);
+                    size_t n_blocks, __m512* acc, const uint8_t* end) {
+  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, xq, xd, xs, n_blocks, acc, end);
+  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, xq, xd, n_blocks, acc, end);
+  else row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc, end);
 }
 
 template <TensorType T, int NB>
 inline void row_dot(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
-                    size_t n_blocks, float* const* out) {
+                    size_t n_blocks, float* const* out, const uint8_t* end) {
   __m512 acc[NB];
-  row_acc<T, NB>(w, xq, xd, xs, n_blocks, acc);
+  row_acc<T, NB>(w, xq, xd, xs, n_blocks, acc, end);
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
 }
@@ -329,6 +335,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
   float xd[kRows][kMaxQuantK / 32];
   int32_t xs[kRows][kMaxQuantK / 32];
   const size_t w_row_bytes = a.w_row_bytes;
+  const uint8_t* end = static_cast<const uint8_t*>(a.w) + a.r1 * w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
     for (size_t b = 0; b < nb; ++b) Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
@@ -347,7 +354,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
       const float* d1[1] = {xd[b]};
       const int32_t* s1[1] = {xs[b]};
       float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
-      row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1);
+      row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1, end);
     };
     size_t r = a.r0;
     // Four weight rows x four activation rows: 16 accumulators, summed together
@@ -361,7 +368,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
         const Four x = four(b);
         __m512 acc[16];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) row_acc<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i);
+        for (int i = 0; i < 4; ++i) row_acc<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i, end);
         float sums[16];
         Vec::hsums<16>(acc, sums);
         for (int i = 0; i < 4; ++i)
@@ -375,7 +382,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
         const int32_t* s1[1] = {xs[b]};
         __m512 acc[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) row_acc<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i);
+        for (int i = 0; i < 4; ++i) row_acc<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i, end);
         float sums[4];
         Vec::hsums<4>(acc, sums);
         for (int i = 0; i < 4; ++i) a.y[(b0 + b) * a.ldy + r + i] = sums[i];
@@ -388,7 +395,7 @@ void gemm_quant_vnni(const GemmArgs& a) {
         const Four x = four(b);
         float* o4[4] = {&a.y[(b0 + b) * a.ldy + r], &a.y[(b0 + b + 1) * a.ldy + r], &a.y[(b0 + b + 2) * a.ldy + r],
                         &a.y[(b0 + b + 3) * a.ldy + r]};
-        row_dot<T, 4>(w, x.q, x.d, x.s, n_blocks, o4);
+        row_dot<T, 4>(w, x.q, x.d, x.s, n_blocks, o4, end);
       }
       for (; b < nb; ++b) dot1(w, b, r);
     }
