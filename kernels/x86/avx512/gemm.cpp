@@ -100,17 +100,24 @@ inline float block_scale(const uint8_t* blk) {
   }
 }
 
-// The scales of 8 consecutive blocks.
+// The scales of 8 consecutive blocks, gathered as 32-bit words at the blocks' starts (the
+// last word ends inside the eighth block). Built in registers: writing them to memory one
+// by one and loading the vector back stalled on store forwarding (MXFP4 decode spent a
+// fifth of its time there).
 template <TensorType T>
 inline __m256 block_scales8(const uint8_t* w8) {
+  constexpr int B = int(kBlockBytes<T>);
+  const __m256i at = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+  const __m256i words = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w8), at, 1);
   if constexpr (T == TensorType::MXFP4) {
-    alignas(32) float d[8];
-    for (int i = 0; i < 8; ++i) d[i] = mxfp4_half_scale(w8[i * kBlockBytes<T>]);
-    return _mm256_load_ps(d);
+    // mxfp4_half_scale in lanes: 2^(e-128) = bits (e-1) << 23 for e >= 2, subnormal below.
+    const __m256i e = _mm256_and_si256(words, _mm256_set1_epi32(0xff));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i bits = _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
+    return _mm256_castsi256_ps(bits);
   } else {
-    alignas(16) uint16_t dh[8];
-    for (int i = 0; i < 8; ++i) __builtin_memcpy(&dh[i], w8 + i * kBlockBytes<T>, 2);
-    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words));  // the low half of each word
   }
 }
 
