@@ -109,7 +109,7 @@ TEST(GraniteHybrid, LayersAreMarkedAndBothKindsOfMemoryAreSized) {
   const ModelConfig& c = tiny().config();
   for (uint32_t l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.is_ssm(l), l != 1 && l != 4) << "layer " << l;
   EXPECT_EQ(c.positions, Positions::none);
-  EXPECT_EQ(c.shared_expert_ffn_dim, 48u);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 64u);
   EXPECT_FLOAT_EQ(c.embed_scale, 12.0f);
   EXPECT_FLOAT_EQ(c.residual_scale, 0.22f);
   EXPECT_FLOAT_EQ(c.attn_scale, 0.5f);
@@ -308,7 +308,7 @@ TEST(GraniteHybrid, InfoShowsTheLayoutTheStateAndTheExperts) {
   for (const char* want : {"architecture: granitehybrid", "mixers:       attention on 1, 4; Mamba-2 on 0, 2-3",
                            "ssm:          Mamba-2 on 3 of 5 layers: d_inner 128, d_state 16, 8 heads of 16, 1 group, conv 4",
                            "positions:    none (NoPE attention)",
-                           "mixture of 8 experts (2 used per token, width 32, weights renormalized) + a shared expert of width 48",
+                           "mixture of 8 experts (2 used per token, width 32, weights renormalized) + a shared expert of width 64",
                            "embeddings x12, residual x0.22, logits /3, query scale 0.5",
                            "recurrent state 29.62 KiB per sequence"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
@@ -334,6 +334,7 @@ std::string tensor_digest(const std::string& path) {
 
 // llama-perplexity on the reference file and on llama-quantize's Q8_0 and Q4_0 of it, which
 // `kiln quantize` must reproduce tensor for tensor (granitehybrid.llama-perplexity.txt).
+// F32 agrees to 0.05% (seen 6e-9); quantized within 0.1% (seen 2.2e-5).
 TEST(GraniteHybrid, PerplexityMatchesLlamaPerplexityInF32AndQuantized) {
   std::istringstream in(read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/families/granitehybrid.llama-perplexity.txt"));
   const std::string story = std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt";
@@ -361,7 +362,7 @@ TEST(GraniteHybrid, PerplexityMatchesLlamaPerplexityInF32AndQuantized) {
     double ppl = 0, err = 0;
     ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
     std::printf("[ granitehybrid-tiny %s ] kiln %.4f vs llama-perplexity %.4f\n", preset.c_str(), ppl, want);
-    const double bound = preset == "F32" ? 5e-4 : 1e-2;
+    const double bound = preset == "F32" ? 5e-4 : 1e-3;
     EXPECT_NEAR(ppl, want, want * bound);
     EXPECT_NEAR(err, want_err, want_err * 5 * bound);
   }

@@ -105,13 +105,13 @@ const ModelShape kShapes[] = {
     // query heads over 4 and no positional encoding, Mamba-2 with d_state 128 and heads of
     // 64 in one group, 64 experts of 512 with 6 used plus a shared one of 1024; multipliers
     // embedding 12, residual 0.22, attention 1/128, logits / 6) at the tiny width: 5
-    // layers, attention on 1 and 4, 8 experts of 32 with 2 used and a shared one of 48.
+    // layers, attention on 1 and 4, 8 experts of 32 with 2 used and a shared one of 64.
     // The attention multiplier is 0.5 (against a default 1/sqrt(16) = 0.25) so that the
     // scores matter at --weight-std 0.1, and the logit divisor 3.
     {.name = "granitehybrid-tiny", .dim = 64, .n_layers = 5, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 32,
      .n_ctx = 1u << 20, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "granitehybrid", .n_experts = 8,
      .n_experts_used = 2, .expert_ffn_dim = 32, .ssm_d_state = 16, .ssm_head_dim = 16, .ssm_n_groups = 1,
-     .attn_layers = {1, 4}, .shared_expert_ffn_dim = 48, .embedding_scale = 12.0f, .residual_scale = 0.22f,
+     .attn_layers = {1, 4}, .shared_expert_ffn_dim = 64, .embedding_scale = 12.0f, .residual_scale = 0.22f,
      .attention_scale = 0.5f, .logit_scale = 3.0f, .nope = true},
     // Granite 4.0-H-Micro's kind: the same hybrid with a dense SwiGLU FFN (no experts).
     {.name = "granitehybrid-dense-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 96,
