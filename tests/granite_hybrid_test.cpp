@@ -159,6 +159,27 @@ TEST(GraniteHybrid, EachMultiplierMatters) {
   }
 }
 
+// A context shift moves the attention layers' keys (turned back when they rotate: here a
+// RoPE variant) and leaves the state, which holds no positions; both layouts agree.
+TEST(GraniteHybrid, ContextShiftMovesTheCacheAndKeepsTheState) {
+  gen::GenerateOptions o = gen::peaky_options("granitehybrid-tiny", 7);
+  o.shape.nope = false;
+  const std::unique_ptr<Model> rope = Model::load(write_model("granitehybrid-tiny-rope", o));
+  ASSERT_EQ(rope->config().positions, Positions::rope);
+  const std::vector<int32_t> a = tokens(20), b = tokens(3, 5);
+  std::vector<std::vector<float>> got;
+  for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+    Session s(*rope, params(layout));
+    s.decode(a);
+    s.shift_context(2, 6);
+    EXPECT_EQ(s.n_past(), 14);
+    got.push_back(copy(s.decode(b)));
+    EXPECT_TRUE(std::all_of(got.back().begin(), got.back().end(), [](float v) { return std::isfinite(v); }));
+  }
+  expect_same(got[1], got[0], "paged vs contiguous");
+  EXPECT_GT(max_diff(got[0], fresh(concat(a, b), *rope)), 1e-3) << "six tokens fewer in the cache";
+}
+
 // A truncation keeps the attention layers' cache up to n and returns the Mamba-2 state to
 // the checkpoint (taken after the prompt); both then continue as one fresh session would.
 TEST(GraniteHybrid, TruncationCutsTheCacheAndReturnsTheStateTogether) {

@@ -122,8 +122,6 @@ void check_shape(const ModelShape& s) {
   if (s.arch == "granitehybrid") {
     if (!s.dim || !s.n_heads || !s.n_kv_heads || !s.ffn_dim || s.n_heads % s.n_kv_heads || s.dim % s.n_heads)
       bad("the attention layers need heads that divide dim, kv heads that divide them, and an FFN");
-    for (uint32_t l : s.attn_layers)
-      if (l >= s.n_layers) bad("attention layer " + std::to_string(l) + " is past the last layer");
     if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts))
       bad("expert_used_count must be 1 to expert_count");
     if (s.shared_expert_ffn_dim && !s.n_experts) bad("a shared expert needs experts");

@@ -69,7 +69,8 @@ struct ModelShape {
   // the converter writes them). d_inner = 2 * dim (Mamba-2's expand), ssm heads of
   // ssm_head_dim, B and C shared by ssm_n_groups groups of heads.
   uint32_t ssm_d_state = 0, ssm_head_dim = 0, ssm_n_groups = 0, ssm_d_conv = 4;
-  // granitehybrid: the layers that attend; the others are Mamba-2 layers of the ssm_*
+  // granitehybrid: the layers that attend (those past --layers are dropped with their
+  // blocks); the others are Mamba-2 layers of the ssm_*
   // shape above. Every block has an FFN: experts when n_experts (their width is ffn_dim,
   // as the converter writes it) with a shared expert of shared_expert_ffn_dim, else dense.
   // Granite's multipliers (0: not written); nope: rope.scaling.finetuned false.
