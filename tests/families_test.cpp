@@ -1,6 +1,6 @@
 // Model families against llama.cpp: for each of qwen2, qwen3, Llama 3 (untied and tied
 // output), Mistral (a window wider than the prompt), gemma, gemma2, gemma3, phi3, Phi-3
-// 128k (LongRoPE, at two contexts) and mamba2, a tiny random-weight file from kiln's generator
+// 128k (LongRoPE, at two contexts), mamba2 and granitehybrid, a tiny random-weight file from kiln's generator
 // (byte-identical to the one llama.cpp evaluated: its sha256 is committed) must give
 // llama.cpp's logits at every position, through every decode path (one batch, batches,
 // token by token with the KV cache, both attention kernels), and llama.cpp's greedy
@@ -70,6 +70,8 @@ const Case kCases[] = {
     {"phi3-128k-tiny-short", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 256, "phi3-128k-tiny"},
     {"phi3-128k-tiny-long", "phi3-128k-tiny", "phi3", "vocab/ggml-vocab-phi-3.gguf", false, 512, "phi3-128k-tiny"},
     {"mamba2-tiny", "mamba2-tiny", "mamba2", "vocab/ggml-vocab-gpt-neox.gguf", true},  // no attention: tiled = direct
+    {"granitehybrid-tiny", "granitehybrid-tiny", "granitehybrid", "vocab/ggml-vocab-gpt-neox.gguf", false},
+    {"granitehybrid-dense-tiny", "granitehybrid-dense-tiny", "granitehybrid", "vocab/ggml-vocab-gpt-neox.gguf", false},
 };
 
 std::string file_of(const Case& c) { return c.file ? c.file : c.name; }
@@ -446,7 +448,7 @@ TEST(Families, UnsupportedArchitectureIsOneLine) {
   const std::string path = temp_dir() + "/xyz.gguf";
   w.write(path);
   expect_one_line_error(run_command(shell_quote(kiln_binary()) + " run " + shell_quote(path) + " hi -n 1"), 1,
-                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2)");
+                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid)");
 }
 
 // A qwen2 file without its Q/K/V biases is refused rather than run as something else.

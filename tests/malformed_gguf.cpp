@@ -458,6 +458,7 @@ std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab) {
   mamba_edit("ssm-d-missing", {"missing tensor 'blk.0.ssm_d'"}, [](RawGguf& g) { g.erase_tensor("blk.0.ssm_d"); });
   mamba_edit("ssm-with-attention-heads", {"mamba2.attention.head_count is 2; a mamba2 block has no FFN or attention"},
              [](RawGguf& g) { g.set("mamba2.attention.head_count", Value::of_u32(2)); });
+  for (MalformedCase& c : granite_hybrid_cases(vocab)) cases.push_back(std::move(c));
   return cases;
 }
 

@@ -61,6 +61,10 @@ RawGguf moe_model(const gguf::File& vocab);
 // A one-layer Mamba-2 (dim 8, d_inner 16 in 4 heads, 2 groups, d_state 4, conv 4) on the
 // same vocabulary. It loads and runs too.
 RawGguf mamba2_model(const gguf::File& vocab);
+// A two-layer granitehybrid (malformed_gguf_hybrid.cpp): layer 0 that Mamba-2, layer 1
+// attention (2 heads of 4 over 1, no RoPE), both with 4 experts of 16 (2 used) and a
+// shared expert of 8, and Granite's four multipliers. It loads and runs too.
+RawGguf granite_hybrid_model(const gguf::File& vocab);
 
 struct MalformedCase {
   std::string name;                 // also the file name
@@ -69,5 +73,8 @@ struct MalformedCase {
 };
 
 std::vector<MalformedCase> malformed_gguf_cases(const gguf::File& vocab);
+// The hybrid's cases (per-layer head_count_kv against the tensors, the shared expert),
+// part of malformed_gguf_cases.
+std::vector<MalformedCase> granite_hybrid_cases(const gguf::File& vocab);
 
 }  // namespace kiln::test

@@ -122,6 +122,17 @@ TEST(MalformedGgufCorpus, Mamba2BaseModelLoadsAndGenerates) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+TEST(MalformedGgufCorpus, GraniteHybridBaseModelLoadsAndGenerates) {
+  const std::string path = save("granitehybrid-base", test::granite_hybrid_model(vocab()).bytes());
+  auto m = Model::load(path);
+  EXPECT_TRUE(m->config().is_ssm(0));
+  EXPECT_FALSE(m->config().is_ssm(1));
+  EXPECT_EQ(m->config().shared_expert_ffn_dim, 8u);
+  const auto r = test::run_command(test::shell_quote(test::kiln_binary()) + " run " + test::shell_quote(path) +
+                                   " 'Once upon' -n 4 --temp 0 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(MalformedGgufCorpus, AtLeastThirtyDistinctCases) {
   std::set<std::string> names, contents;
   for (const MalformedCase& c : cases()) {

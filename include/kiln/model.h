@@ -64,6 +64,10 @@ struct LayerWeights {
   // gated RMSNorm's weight [d_inner]; the out-projection [dim][d_inner]. A block without
   // ffn_norm has no FFN sublayer (Mamba-2's blocks are the mixer alone).
   WeightView ssm_in, ssm_conv1d, ssm_conv1d_b, ssm_dt_b, ssm_a, ssm_d, ssm_norm, ssm_out;
+  // A shared expert (Granite 4.0-H, ModelConfig::shared_expert_ffn_dim > 0): a SwiGLU FFN
+  // every token runs beside its routed experts, its output added to theirs ungated:
+  // [shexp_ffn][dim] gate and up, [dim][shexp_ffn] down.
+  WeightView gate_shexp, up_shexp, down_shexp;
 };
 
 // What varies between families, as data the one forward pass reads.
@@ -72,7 +76,9 @@ enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-
 // swiglu_clamped (gpt-oss): g = min(gate x, L), u = clamp(up x, -L, L), down(g sigmoid(a g) (u + 1))
 // with a = ModelConfig::swiglu_alpha, L = swiglu_limit.
 enum class Ffn { swiglu, gelu, geglu, swiglu_clamped };
-enum class Positions { rope, alibi };    // rotary Q/K, or ALiBi biases on the attention scores
+// rotary Q/K, ALiBi biases on the attention scores, or nothing (NoPE: the attention layers
+// of a hybrid whose recurrent layers carry the order, Granite 4.0-H).
+enum class Positions { rope, alibi, none };
 // What mixes tokens in a block: causal self-attention over the KV cache, or a Mamba-2
 // selective state-space layer over a recurrent state carried per sequence.
 enum class Mixer { attention, ssm };
@@ -108,6 +114,11 @@ struct ModelConfig {
   float clamp_kqv = 0.0f;        // attention.clamp_kqv: Q, K, V clamped to [-c, c] (0: off)
   float embed_scale = 1.0f;      // token embeddings are multiplied by it (Gemma: sqrt(dim))
   float attn_scale = 0.0f;       // scores are (q . k) * attn_scale; 0: 1/sqrt(head_dim)
+  // Granite's multipliers (muP-style training): every sublayer's output (mixer and FFN) is
+  // multiplied by residual_scale before it joins the residual stream, and the logits are
+  // divided by logit_scale. 1: off.
+  float residual_scale = 1.0f;
+  float logit_scale = 1.0f;
   // Soft-capping (Gemma 2): s -> cap * tanh(s / cap) on the scaled attention scores before
   // the softmax, and on the final logits. 0: off.
   float attn_softcap = 0.0f;
@@ -130,6 +141,9 @@ struct ModelConfig {
   // the chosen ones' logits only (llama.cpp's "softmax weight" gating; the same numbers as
   // a softmax over all renormalized over the chosen, computed without the detour).
   bool expert_softmax_chosen = false;
+  // expert_shared_feed_forward_length: the width of a shared expert that runs for every
+  // token beside the routed ones (LayerWeights::gate_shexp...). 0: none.
+  uint32_t shared_expert_ffn_dim = 0;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // Ffn::swiglu_clamped only
   // The mixer of each layer ([n_layers]; empty: attention everywhere). Hybrid families mark
   // their layers one by one, so nothing here assumes a whole model is one kind.

@@ -99,7 +99,24 @@ int info(InfoOptions& o) {
     std::printf("ssm:          Mamba-2 on %zu of %u layers: d_inner %u, d_state %u, %u heads of %u, %u group%s, conv %u\n",
                 n_ssm, c.n_layers, c.ssm_d_inner, c.ssm_d_state, c.ssm_n_heads, c.ssm_head_dim(), c.ssm_n_groups,
                 c.ssm_n_groups == 1 ? "" : "s", c.ssm_d_conv);
+  if (n_ssm > 0 && attends) {
+    // Which layers are which, as ranges: "attention on 5, 11; Mamba-2 on 0-4, 6-10".
+    const auto ranges = [&](bool ssm) {
+      std::string out;
+      for (size_t l = 0; l < c.n_layers;) {
+        if (c.is_ssm(l) != ssm) { ++l; continue; }
+        size_t e = l;
+        while (e + 1 < c.n_layers && c.is_ssm(e + 1) == ssm) ++e;
+        out += (out.empty() ? "" : ", ") + std::to_string(l) + (e > l ? "-" + std::to_string(e) : "");
+        l = e + 1;
+      }
+      return out;
+    };
+    std::printf("mixers:       attention on %s; Mamba-2 on %s\n", ranges(false).c_str(), ranges(true).c_str());
+  }
   if (!attends) {
+  } else if (c.positions == Positions::none) {
+    std::printf("positions:    none (NoPE attention)\n");
   } else if (c.positions == Positions::alibi) {
     std::printf("positions:    ALiBi, max bias %g\n", c.max_alibi_bias);
   } else {
@@ -126,6 +143,7 @@ int info(InfoOptions& o) {
                 c.expert_softmax_chosen ? ", softmax over the chosen"
                 : c.expert_weights_norm ? ", weights renormalized" : "",
                 model->layers[0].gate_exps_b ? ", biases" : "");
+  if (c.shared_expert_ffn_dim > 0) std::printf(" + a shared expert of width %u", c.shared_expert_ffn_dim);
   std::printf("\n");
   if (c.clamp_kqv > 0) std::printf("clamp_kqv:    %g\n", c.clamp_kqv);
   // What sets the family apart from a plain Llama block, as the loader found it.
@@ -139,6 +157,8 @@ int info(InfoOptions& o) {
   if (L0.w_gate && L0.w_gate.info == L0.w_up.info) parts.push_back("fused gate/up");
   char buf[96];
   if (c.embed_scale != 1) std::snprintf(buf, sizeof buf, "embeddings x%g", c.embed_scale), parts.push_back(buf);
+  if (c.residual_scale != 1) std::snprintf(buf, sizeof buf, "residual x%g", c.residual_scale), parts.push_back(buf);
+  if (c.logit_scale != 1) std::snprintf(buf, sizeof buf, "logits /%g", c.logit_scale), parts.push_back(buf);
   if (c.attn_scale > 0) std::snprintf(buf, sizeof buf, "query scale %g", c.attn_scale), parts.push_back(buf);
   if (c.attn_softcap > 0) std::snprintf(buf, sizeof buf, "attention soft-cap %g", c.attn_softcap), parts.push_back(buf);
   if (c.final_softcap > 0) std::snprintf(buf, sizeof buf, "final soft-cap %g", c.final_softcap), parts.push_back(buf);
@@ -149,6 +169,9 @@ int info(InfoOptions& o) {
     std::printf("features:     %s\n", line.c_str());
   }
   const std::vector<uint32_t> windows = layer_windows(c, {});
+  std::vector<uint32_t> cache_windows;  // the cache holds the attention layers only
+  for (size_t l = 0; l < windows.size(); ++l)
+    if (!c.is_ssm(l)) cache_windows.push_back(windows[l]);
   if (!describe_windows(windows).empty()) std::printf("sliding win:  %s\n", describe_windows(windows).c_str());
   std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
   if (!c.ignored_keys.empty()) {
@@ -163,8 +186,8 @@ int info(InfoOptions& o) {
   std::string per_type;
   for (TensorType t : {TensorType::F16, TensorType::F32, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
     // Sliding-window layers as rings at the default batch size (512).
-    KvCache::Shape s{c.n_layers, n_ctx, size_t(c.n_kv_heads) * c.head_dim, c.head_dim, t, t, KvCache::is_one_value(t),
-                     layer_capacities(windows, n_ctx, std::min<uint32_t>(512, n_ctx), false)};
+    KvCache::Shape s{c.n_layers - n_ssm, n_ctx, size_t(c.n_kv_heads) * c.head_dim, c.head_dim, t, t,
+                     KvCache::is_one_value(t), layer_capacities(cache_windows, n_ctx, std::min<uint32_t>(512, n_ctx), false)};
     if (!KvCache::is_one_value(t) && s.kv_dim % 32 != 0) continue;
     per_type += (per_type.empty() ? "" : ", ") + human_bytes(KvCache::bytes_for(s)) + " " + KvCache::type_label(t);
   }

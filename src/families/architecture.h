@@ -57,6 +57,7 @@ void load_gemma3(Model& model);
 void load_phi3(Model& model);
 void load_gpt_oss(Model& model);
 void load_mamba2(Model& model);
+void load_granite_hybrid(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
@@ -92,6 +93,11 @@ struct BlockOptions {
 // width) and expert_weights_norm into `c`; checked (used within count, count bounded).
 void read_expert_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
 void read_blocks(Model& model, const BlockOptions& options);
+// The two halves of one such block l, for families whose layers are not all alike (a
+// hybrid's attention layers): the attention's tensors (after attn_norm, which the caller
+// reads), and ffn_norm with the FFN or experts.
+void read_block_attention(const Model& model, uint32_t l, LayerWeights& L, const BlockOptions& options);
+void read_block_ffn(const Model& model, uint32_t l, LayerWeights& L, const BlockOptions& options);
 // Mamba-2 layers (src/families/mamba2.cpp): <prefix>ssm.{conv_kernel, inner_size,
 // state_size, time_step_rank, group_count} into c, checked; and layer l's mixer tensors
 // (blk.l.ssm_*) into L. Hybrid families call these for their SSM layers.

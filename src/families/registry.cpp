@@ -15,6 +15,7 @@ constexpr Architecture kArchitectures[] = {
     {"mpt", load_mpt},
     {"gpt-oss", load_gpt_oss},
     {"mamba2", load_mamba2},
+    {"granitehybrid", load_granite_hybrid},
 };
 
 }  // namespace

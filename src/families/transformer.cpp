@@ -91,58 +91,68 @@ void read_layer_experts(const Model& model, const std::string& b, LayerWeights& 
 
 }  // namespace
 
-void read_blocks(Model& model, const BlockOptions& o) {
+void read_block_attention(const Model& model, uint32_t l, LayerWeights& L, const BlockOptions& o) {
   const ModelConfig& c = model.config();
-  const uint64_t dim = c.dim, q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim,
-                 ffn = c.ffn_dim;
+  const uint64_t dim = c.dim, q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   const auto optional = [&](const std::string& name, std::vector<uint64_t> dims) {
     return model.weight(name, std::move(dims), /*required=*/false);
   };
+  const std::string b = "blk." + std::to_string(l) + ".";
+  // One fused matrix (Phi-3; any family's converter may write it) or three.
+  if (const WeightView wqkv = optional(b + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim})) {
+    L.wq = row_range(wqkv, 0, q_dim);
+    L.wk = row_range(wqkv, q_dim, kv_dim);
+    L.wv = row_range(wqkv, q_dim + kv_dim, kv_dim);
+    if (const WeightView bqkv = optional(b + "attn_qkv.bias", {q_dim + 2 * kv_dim})) {
+      L.bq = element_range(bqkv, 0, q_dim);
+      L.bk = element_range(bqkv, q_dim, kv_dim);
+      L.bv = element_range(bqkv, q_dim + kv_dim, kv_dim);
+    }
+  } else {
+    L.wq = model.weight(b + "attn_q.weight", {dim, q_dim});
+    L.wk = model.weight(b + "attn_k.weight", {dim, kv_dim});
+    L.wv = model.weight(b + "attn_v.weight", {dim, kv_dim});
+    L.bq = optional(b + "attn_q.bias", {q_dim});  // Qwen2
+    L.bk = optional(b + "attn_k.bias", {kv_dim});
+    L.bv = optional(b + "attn_v.bias", {kv_dim});
+  }
+  if (o.qk_norm) {
+    L.q_norm = model.weight(b + "attn_q_norm.weight", {c.head_dim});
+    L.k_norm = model.weight(b + "attn_k_norm.weight", {c.head_dim});
+  }
+  L.wo = model.weight(b + "attn_output.weight", {q_dim, dim});
+  L.bo = optional(b + "attn_output.bias", {dim});
+  L.attn_sinks = optional(b + "attn_sinks.weight", {c.n_heads});
+  if (o.post_norms) L.attn_post_norm = model.weight(b + "post_attention_norm.weight", {dim});
+}
+
+void read_block_ffn(const Model& model, uint32_t l, LayerWeights& L, const BlockOptions& o) {
+  const ModelConfig& c = model.config();
+  const uint64_t dim = c.dim, ffn = c.ffn_dim;
+  const std::string b = "blk." + std::to_string(l) + ".";
+  L.ffn_norm = model.weight(b + o.ffn_norm + ".weight", {dim});
+  if (o.experts) {
+    read_layer_experts(model, b, L);
+  } else if (o.fused_gate_up) {
+    // Phi-3's gate_up_proj: the gate's rows, then the up projection's.
+    const WeightView up = model.weight(b + "ffn_up.weight", {dim, 2 * ffn});
+    L.w_gate = row_range(up, 0, ffn);
+    L.w_up = row_range(up, ffn, ffn);
+  } else {
+    L.w_gate = model.weight(b + "ffn_gate.weight", {dim, ffn});
+    L.w_up = model.weight(b + "ffn_up.weight", {dim, ffn});
+  }
+  if (!o.experts) L.w_down = model.weight(b + "ffn_down.weight", {ffn, dim});
+  if (o.post_norms) L.ffn_post_norm = model.weight(b + "post_ffw_norm.weight", {dim});
+}
+
+void read_blocks(Model& model, const BlockOptions& o) {
   resize_layers(model);
-  for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
+  for (uint32_t l = 0; l < model.config().n_layers; ++l) {
     LayerWeights& L = model.layers[l];
-    L.attn_norm = model.weight(b + "attn_norm.weight", {dim});
-    // One fused matrix (Phi-3; any family's converter may write it) or three.
-    if (const WeightView wqkv = optional(b + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim})) {
-      L.wq = row_range(wqkv, 0, q_dim);
-      L.wk = row_range(wqkv, q_dim, kv_dim);
-      L.wv = row_range(wqkv, q_dim + kv_dim, kv_dim);
-      if (const WeightView bqkv = optional(b + "attn_qkv.bias", {q_dim + 2 * kv_dim})) {
-        L.bq = element_range(bqkv, 0, q_dim);
-        L.bk = element_range(bqkv, q_dim, kv_dim);
-        L.bv = element_range(bqkv, q_dim + kv_dim, kv_dim);
-      }
-    } else {
-      L.wq = model.weight(b + "attn_q.weight", {dim, q_dim});
-      L.wk = model.weight(b + "attn_k.weight", {dim, kv_dim});
-      L.wv = model.weight(b + "attn_v.weight", {dim, kv_dim});
-      L.bq = optional(b + "attn_q.bias", {q_dim});  // Qwen2
-      L.bk = optional(b + "attn_k.bias", {kv_dim});
-      L.bv = optional(b + "attn_v.bias", {kv_dim});
-    }
-    if (o.qk_norm) {
-      L.q_norm = model.weight(b + "attn_q_norm.weight", {c.head_dim});
-      L.k_norm = model.weight(b + "attn_k_norm.weight", {c.head_dim});
-    }
-    L.wo = model.weight(b + "attn_output.weight", {q_dim, dim});
-    L.bo = optional(b + "attn_output.bias", {dim});
-    L.attn_sinks = optional(b + "attn_sinks.weight", {c.n_heads});
-    if (o.post_norms) L.attn_post_norm = model.weight(b + "post_attention_norm.weight", {dim});
-    L.ffn_norm = model.weight(b + o.ffn_norm + ".weight", {dim});
-    if (o.experts) {
-      read_layer_experts(model, b, L);
-    } else if (o.fused_gate_up) {
-      // Phi-3's gate_up_proj: the gate's rows, then the up projection's.
-      const WeightView up = model.weight(b + "ffn_up.weight", {dim, 2 * ffn});
-      L.w_gate = row_range(up, 0, ffn);
-      L.w_up = row_range(up, ffn, ffn);
-    } else {
-      L.w_gate = model.weight(b + "ffn_gate.weight", {dim, ffn});
-      L.w_up = model.weight(b + "ffn_up.weight", {dim, ffn});
-    }
-    if (!o.experts) L.w_down = model.weight(b + "ffn_down.weight", {ffn, dim});
-    if (o.post_norms) L.ffn_post_norm = model.weight(b + "post_ffw_norm.weight", {dim});
+    L.attn_norm = model.weight("blk." + std::to_string(l) + ".attn_norm.weight", {model.config().dim});
+    read_block_attention(model, l, L, o);
+    read_block_ffn(model, l, L, o);
   }
 }
 

@@ -192,6 +192,8 @@ uint64_t Model::hash_weights() const {
     for (float v : {c.swiglu_alpha, c.swiglu_limit, float(c.expert_softmax_chosen)}) h.u64(float_bits(v));
   if (c.embed_scale != 1 || c.attn_scale != 0 || c.attn_softcap != 0 || c.final_softcap != 0 || c.rope_theta_swa != 0)
     for (float v : {c.embed_scale, c.attn_scale, c.attn_softcap, c.final_softcap, c.rope_theta_swa}) h.u64(float_bits(v));
+  if (c.residual_scale != 1 || c.logit_scale != 1 || c.shared_expert_ffn_dim != 0)
+    for (float v : {c.residual_scale, c.logit_scale, float(c.shared_expert_ffn_dim)}) h.u64(float_bits(v));
   h.u64(file_->tensors().size());
   constexpr uint64_t kSample = 4096;
   for (const gguf::TensorInfo& t : file_->tensors()) {
@@ -243,7 +245,9 @@ void Model::pack_weights() {
     if (w && w.info && bytes_of(w) > 0) todo.push_back(&w);
   };
   for (auto& L : layers)
-    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_in, &L.ssm_out}) consider(*w);
+    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_in, &L.ssm_out, &L.gate_shexp,
+                          &L.up_shexp, &L.down_shexp})
+      consider(*w);
   consider(output);
   if (todo.empty()) return;
 

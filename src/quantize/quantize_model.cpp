@@ -104,8 +104,19 @@ ModelFacts read_facts(const gguf::File& f) {
   const std::string prefix = m.arch + ".";
   if (!f.has(prefix + "block_count")) return m;
   m.n_layers = uint32_t(f.get_uint(prefix + "block_count"));
-  m.n_heads = uint32_t(f.get_uint(prefix + "attention.head_count", 0));
-  m.n_kv_heads = uint32_t(f.get_uint(prefix + "attention.head_count_kv", m.n_heads));
+  // Hybrids (granitehybrid) give the head counts per layer; llama-quantize's rules read
+  // layer 0's, as here.
+  const auto layer0 = [&](const std::string& key, uint64_t fallback) -> uint64_t {
+    const gguf::Value* v = f.find(key);
+    if (v && v->type == gguf::ValueType::ARRAY) {
+      if (v->size() == 0 || !v->at(0).is_integer()) throw Error(f.path() + ": " + key + " must hold integers");
+      const gguf::Value e = v->at(0);
+      return e.i > 0 ? uint64_t(e.i) : e.u;
+    }
+    return f.get_uint(key, fallback);
+  };
+  m.n_heads = uint32_t(layer0(prefix + "attention.head_count", 0));
+  m.n_kv_heads = uint32_t(layer0(prefix + "attention.head_count_kv", m.n_heads));
   m.n_experts = uint32_t(f.get_uint(prefix + "expert_count", 0));
   return m;
 }

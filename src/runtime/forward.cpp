@@ -5,14 +5,16 @@
 // Families differ only by ModelConfig flags read here: LayerNorm instead of RMSNorm,
 // optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
 // RoPE, GELU MLP, GeGLU or clamped SwiGLU, scaled embeddings, post-norms, a final soft-cap,
-// a second RoPE table for sliding-window layers (the attention's scale, soft-cap and sinks:
-// runtime/attention.h).
+// a second RoPE table for sliding-window layers, Granite's residual and logit multipliers
+// (the attention's scale, soft-cap and sinks: runtime/attention.h).
 // A layer whose mixer is a Mamba-2 SSM (ModelConfig::layer_mixer) runs it instead of
-// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN.
+// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN. The KV cache holds
+// the attention layers only: layer l stores and reads cache layer cache_layer_[l].
 #include "runtime/forward.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/quant.h"
 #include "runtime/kv_compaction.h"
@@ -48,6 +50,9 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
                  ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& recurrent)
     : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
       attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store), state(recurrent) {
+  cache_layer_.assign(c.n_layers, SIZE_MAX);
+  for (size_t l = 0; l < c.n_layers; ++l)
+    if (!c.is_ssm(l)) cache_layer_[l] = model_layer_.size(), model_layer_.push_back(l);
   const size_t B = n_batch, q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = kv.format().kv_dim;
   x.resize(B * c.dim);
   xb.resize(B * c.dim);
@@ -55,9 +60,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   k.resize(B * kv_dim);
   v.resize(B * kv_dim);
   att.resize(B * q_dim);
-  const size_t ffn_max = std::max(c.ffn_dim, c.expert_ffn_dim * c.n_experts_used);
+  const size_t ffn_max = std::max({c.ffn_dim, c.expert_ffn_dim * c.n_experts_used, c.shared_expert_ffn_dim});
   hb.resize(B * ffn_max);
   hb2.resize(B * ffn_max);
+  if (c.shared_expert_ffn_dim > 0) shexp_y.resize(B * c.dim);
   if (c.n_experts > 0) {
     router.resize(B * c.n_experts);
     route_expert.resize(B * c.n_experts_used);
@@ -80,7 +86,8 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
   };
   size_for(m.output);
   for (const LayerWeights& L : m.layers) {
-    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp, &L.ssm_in, &L.ssm_out})
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp, &L.ssm_in,
+                                &L.ssm_out, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
       size_for(*w);
     for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
       for (const WeightView& w : *experts) size_for(w);
@@ -226,6 +233,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     const LayerWeights& L = model.layers[l];
     norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
 
+    const size_t cl = cache_layer_[l];
     if (c.is_ssm(l)) {
       ssm_mixer(L, l, spans, B);
     } else {
@@ -252,11 +260,11 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
           ops.rope(&q[b * q_dim], c.n_heads, hd, c.n_rot, cs, c.rope_neox);
           ops.rope(&k[b * kv_dim], c.n_kv_heads, hd, c.n_rot, cs, c.rope_neox);
         }
-        kv.store(l, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
+        kv.store(cl, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
       }
-    attention.run(pool, l, spans, q.data(), att.data(), static_cast<const float*>(L.attn_sinks.data));
+    attention.run(pool, cl, spans, q.data(), att.data(), static_cast<const float*>(L.attn_sinks.data));
     if (scores)
-      accumulate_attention_scores({kv, spans[0].seq, l, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
+      accumulate_attention_scores({kv, spans[0].seq, cl, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
                                    attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
                                    attention_scale(c), c.attn_softcap, scores->scratch.data(),
                                    scores->head_acc.data(), scores->total.data(),
@@ -266,6 +274,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     add_bias(xb.data(), L.bo, dim, B);
     if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
     }
+    if (c.residual_scale != 1.0f) ops.scale(xb.data(), c.residual_scale, B * dim);
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
     if (!L.ffn_norm) continue;  // a block that is its mixer alone (Mamba-2)
 
@@ -292,6 +301,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
       add_bias(xb.data(), L.b_down, dim, B);
     }
     if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
+    if (c.residual_scale != 1.0f) ops.scale(xb.data(), c.residual_scale, B * dim);
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
   }
 
@@ -310,6 +320,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
   }
   matmul(model.output, xb.data(), logits_out, n_out);
+  if (c.logit_scale != 1.0f) ops.scale(logits_out, 1.0f / c.logit_scale, n_out * c.n_vocab);
   if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
 }
 

@@ -31,7 +31,8 @@ struct ScoreTracking {
 
 class Forward {
  public:
-  // n_batch: the most rows a run takes. flash: tiled attention.
+  // n_batch: the most rows a run takes. flash: tiled attention. window: the sliding window
+  // of each cache layer (the attention layers').
   // `state`: the recurrent layers' per-sequence state (runtime/recurrent_state.h).
   Forward(const Model& model, const SessionParams& p, const std::vector<uint32_t>& window, KvStore& kv,
           ThreadPool& pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& state);
@@ -47,6 +48,9 @@ class Forward {
   void run(const int32_t* tokens, std::span<const QuerySpan> spans, size_t B, float* logits_out, LogitRows rows,
            ScoreTracking* scores);
 
+  // The model layer of cache layer i: the cache holds the attention layers only, in order
+  // (runtime/kv_store.h), so a hybrid's layer l is cache layer cache_layer(l).
+  size_t model_layer(size_t cache_layer) const { return model_layer_[cache_layer]; }
   // The cos/sin table layer l rotates with ([n_ctx][n_rot/2][2]).
   const std::vector<float>& rope_table(size_t l) const;
   const std::vector<float>& rope_cos_sin() const { return rope_cos_sin_; }
@@ -86,6 +90,8 @@ class Forward {
   Attention attention;
 
   uint64_t positions_id_ = 0;
+  std::vector<size_t> cache_layer_;  // [n_layers]: each attention layer's index in the cache
+  std::vector<size_t> model_layer_;  // [cache layers]: the inverse
   std::vector<float> rope_cos_sin_;  // [n_ctx][n_rot/2][2]
   // The model's sliding-window layers' own table when they rotate with another base
   // (ModelConfig::rope_theta_swa), else empty. It ignores the session's RoPE overrides:
@@ -100,6 +106,7 @@ class Forward {
   std::vector<float> att;  // [B][n_heads * head_dim]  attention output before Wo
   std::vector<float> hb;   // [B][ffn_dim] gate, then silu(gate) * up (or up, then gelu(up))
   std::vector<float> hb2;  // [B][ffn_dim] up
+  std::vector<float> shexp_y;  // [B][dim] the shared expert's output (only with one)
   // Mixture of experts: router scores, each token's chosen experts and weights (in the
   // order they are summed); the (token, choice) pairs grouped by expert: expert e's rows
   // are [expert_start[e], expert_start[e + 1]) of expert_in/expert_y (and of hb/hb2, which

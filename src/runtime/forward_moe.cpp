@@ -3,7 +3,8 @@
 // biases: gpt-oss), and the token's output is their sum weighted by the router's softmax
 // (renormalized over the chosen ones when the model says so, or over the chosen logits). A batch is grouped by expert, so each chosen expert's
 // matrices are read once for all the tokens routed to it, and an expert no token chose
-// is not read at all.
+// is not read at all. A shared expert (Granite 4.0-H) runs on every token and is added to
+// the routed sum.
 //
 // Each token's result depends only on its own row: its experts and their order come from
 // its router scores alone, and the weighted sum runs in that order whatever the batch.
@@ -18,6 +19,14 @@ namespace kiln {
 
 void Forward::moe_ffn(const LayerWeights& L, size_t B) {
   const size_t dim = c.dim, ffn = c.expert_ffn_dim, n_exp = c.n_experts, n_used = c.n_experts_used;
+  // The shared expert first: it reads xb, which the routed sum overwrites, and hb/hb2 are
+  // free until the routed experts take them.
+  if (L.gate_shexp) {
+    const size_t sh = c.shared_expert_ffn_dim;
+    matmuls(xb.data(), B, {{L.gate_shexp, hb.data()}, {L.up_shexp, hb2.data()}});
+    for (size_t b = 0; b < B; ++b) ops.swiglu(&hb[b * sh], &hb2[b * sh], &hb[b * sh], sh);
+    matmul(L.down_shexp, hb.data(), shexp_y.data(), B);
+  }
   matmul(L.ffn_gate_inp, xb.data(), router.data(), B);
   add_bias(router.data(), L.ffn_gate_inp_b, n_exp, B);
 
@@ -100,6 +109,7 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
       const float* y = &expert_y[size_t(route_row[b * n_used + j]) * dim];
       for (size_t i = 0; i < dim; ++i) out[i] += w * y[i];
     }
+    if (L.gate_shexp) ops.add(out, &shexp_y[b * dim], out, dim);  // ungated (Granite)
   }
 }
 

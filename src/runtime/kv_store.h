@@ -15,6 +15,14 @@
 // wraps, one per block when paged), never per key row: Attention's gemms, the score pass
 // and the state copies work on whole runs.
 //
+// Layers are the model's attention layers, in order, and only those: a hybrid's recurrent
+// (Mamba-2) layers keep their state beside the cache (runtime/recurrent_state.h) and have
+// no cache layer, so cache layer i is the i-th layer that attends (Forward::model_layer
+// maps back). A model of recurrent layers only has a cache of 0 layers that still counts
+// each sequence's positions. Why not a cache layer per model layer left empty: every
+// loop over layers (shifts, compaction, state files, paged blocks) would have to skip
+// them, and the paged blocks would reserve room for them.
+//
 // Rows are in the same byte format on both layouts (KvCache::encode_row): keys by
 // position, values transposed per dimension (one-value types) or by position (quantized).
 // The saved state of a sequence (session files) is therefore the same bytes on both, and

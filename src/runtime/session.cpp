@@ -37,22 +37,28 @@ int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
 // The cache's shape (sliding-window layers as rings: runtime/sliding_window.h); its size,
 // and that of the other buffers that grow with the context, refused with a clear message
 // before any allocation when it could not fit in the memory this process may use.
-// Layers that attend (the others are recurrent: runtime/recurrent_state.h). A model of
-// SSM layers only keeps a cache of no layers, which still counts each sequence's
-// positions. Models mixing both need the cache indexed by attention layer: not yet.
+// Layers that attend (the others are recurrent: runtime/recurrent_state.h). The cache
+// holds only these, in model order (runtime/kv_store.h): a model of SSM layers only keeps
+// a cache of no layers, which still counts each sequence's positions.
 size_t attention_layers(const ModelConfig& c) {
   size_t n = 0;
   for (size_t l = 0; l < c.n_layers; ++l) n += !c.is_ssm(l);
-  if (n > 0 && n < c.n_layers)
-    throw Error("models mixing attention and state-space layers are not supported yet");
   return n;
 }
 
-// The sliding windows of the attention layers; none when no layer attends.
+// The sliding window of every layer, 0 on the recurrent ones ([n_layers]).
 std::vector<uint32_t> attention_windows(const ModelConfig& c, const SessionParams& p) {
   std::vector<uint32_t> w = layer_windows(c, p);
   for (size_t l = 0; l < w.size(); ++l)
     if (c.is_ssm(l)) w[l] = 0;
+  return w;
+}
+
+// The same windows as the cache indexes its layers: the attention layers' only.
+std::vector<uint32_t> cache_windows(const ModelConfig& c, const std::vector<uint32_t>& window) {
+  std::vector<uint32_t> w;
+  for (size_t l = 0; l < window.size(); ++l)
+    if (!c.is_ssm(l)) w.push_back(window[l]);
   return w;
 }
 
@@ -92,6 +98,7 @@ struct Session::Impl {
   const Model& model;
   const ModelConfig& c;
   std::vector<uint32_t> window;  // [n_layers] sliding window of each layer (0: global)
+  std::vector<uint32_t> kv_window;  // [cache layers] the same for the layers that attend
   KvCache::Shape kv_shape_;      // before the cache: checked and sized first
   int32_t n_ctx, n_batch;
   ThreadPool pool;
@@ -125,14 +132,15 @@ struct Session::Impl {
   Impl(const Model& m, const SessionParams& p)
       : model(m), c(m.config()),
         window(attention_windows(m.config(), p)),
-        kv_shape_(kv_shape(m.config(), p, window)),
+        kv_window(cache_windows(m.config(), window)),
+        kv_shape_(kv_shape(m.config(), p, kv_window)),
         n_ctx((int32_t)kv_shape_.n_ctx),
         n_batch(batch_size(p, n_ctx)),
         pool(p.n_threads > 0 ? p.n_threads : physical_core_count()),
-        kv(make_kv_store(p.kv_layout, kv_shape_, window, size_t(std::max(p.kv_block, 0)))),
+        kv(make_kv_store(p.kv_layout, kv_shape_, kv_window, size_t(std::max(p.kv_block, 0)))),
         flash(use_flash(m.config(), p)),
         recurrent(m.config()),
-        forward(m, p, window, *kv, pool, n_ctx, n_batch, flash, recurrent) {
+        forward(m, p, kv_window, *kv, pool, n_ctx, n_batch, flash, recurrent) {
     spans.reserve(size_t(n_batch));
     logits.resize(c.n_vocab);
     back_rot.resize(size_t(c.n_rot / 2) * 2);
@@ -163,7 +171,7 @@ struct Session::Impl {
   // angles are linear in the position (with every scaling kiln knows), so the table's
   // entry for delta, scaled back to unit length (YaRN folds its magnitude in) and
   // mirrored, undoes it. Rows moving the same distance in layers of the same table share
-  // one turn-back. ALiBi models need nothing turned.
+  // one turn-back. ALiBi and NoPE models need nothing turned. `l` is a cache layer.
   struct TurnBack {
     Impl& s;
     size_t turned_for = 0;
@@ -171,7 +179,7 @@ struct Session::Impl {
     void operator()(size_t l, float* k_row, size_t delta) {
       if (s.c.positions != Positions::rope || s.c.n_rot == 0) return;
       const size_t half = s.c.n_rot / 2;
-      const std::vector<float>& table = s.forward.rope_table(l);
+      const std::vector<float>& table = s.forward.rope_table(s.forward.model_layer(l));
       if (delta != turned_for || &table != turned_table)
         turn_back(&table[delta * half * 2], half, s.back_rot.data()), turned_for = delta, turned_table = &table;
       kernels::ops().rope(k_row, s.c.n_kv_heads, s.c.head_dim, s.c.n_rot, s.back_rot.data(), s.c.rope_neox);

@@ -15,103 +15,6 @@
 namespace kiln::gen {
 namespace {
 
-const ModelShape kShapes[] = {
-    // TinyLlama-1.1B (Llama-2 architecture, GQA 32:4).
-    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f},
-    // Karpathy's stories260K: the shape of the default test model, with noise weights.
-    {"stories260k-shape", 64, 5, 8, 4, 172, 512, 10000.0f, 1e-5f},
-    // For tests: GQA 4:2, head size 18 and FFN 140 so that no SIMD width divides the
-    // row lengths and every kernel's tail path runs.
-    {"tiny", 72, 2, 4, 2, 140, 256, 10000.0f, 1e-5f},
-    // MPT-7B (ALiBi, fused QKV, LayerNorm and GELU MLP without biases, tied output).
-    {"mpt-7b", 4096, 32, 32, 32, 16384, 2048, 10000.0f, 1e-5f, "mpt", 8.0f, 0.0f, false, false},
-    // For tests: an MPT with every optional bias and clamp_kqv (kiln-gen --qk-norm adds
-    // qk_ln), 6 heads so that ALiBi's slopes for a head count that is not a power of two
-    // (m1) are used, head size 12 and FFN 260 for SIMD tails. clamp_kqv 1.0 cuts ~20% of
-    // the Q/K/V values at --weight-std 0.1.
-    {"mpt-tiny", 72, 3, 6, 6, 260, 128, 10000.0f, 1e-5f, "mpt", 8.0f, 1.0f, true, false},
-    // One tiny model per family for the llama.cpp references in tests/data/families: each
-    // has its family's distinguishing parts, GQA, and a head size no SIMD width divides or
-    // one that differs from dim / heads. Real hyperparameters where they are structural
-    // (RoPE bases, eps); windows and soft-caps small enough to act on a 24-token prompt at
-    // --weight-std 0.1.
-    // Qwen2: Q/K/V biases, RoPE halves, base 1e6.
-    {.name = "qwen2-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen2", .biases = true},
-    // Qwen3: per-head Q/K RMSNorm, heads x head size (4 x 32) wider than dim.
-    {.name = "qwen3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
-    // Qwen3-30B-A3B's layout (128 experts, 8 used, expert width 768 of a 2048 model)
-    // scaled down: 8 experts, 2 used, width 48.
-    // Mixtral 8x7B's layout (a llama file with 8 experts, 2 used) at the tiny width.
-    {.name = "mixtral-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 1e6f, .rms_eps = 1e-5f, .arch = "llama", .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 160},
-    // Qwen3-30B-A3B's layout at ~1.3B weights with about its share of them active per
-    // token: 128 experts, 8 used (6% of the expert weights), head size 128, GQA 16:4.
-    {.name = "qwen3moe-1.3b-a0.16b", .dim = 1024, .n_layers = 12, .n_heads = 16, .n_kv_heads = 4, .ffn_dim = 3072,
-     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 128, .n_experts = 128,
-     .n_experts_used = 8, .expert_ffn_dim = 256},
-    {.name = "qwen3moe-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3moe", .head_dim = 32, .n_experts = 8, .n_experts_used = 2,
-     .expert_ffn_dim = 48},
-    // gpt-oss-20b's layout (24 layers of width 2880, 64 query heads of 64 over 8 KV heads,
-    // 32 experts of width 2880 with 4 used, window 128 on even layers, base 150000, YaRN x32
-    // of 4096) at the tiny width: head size 32 on 4 heads over 2, 8 experts of 64 with 2
-    // used, window 6 (the prompts are longer), YaRN x32 of an original context of 64 so
-    // that its ramp acts within the prompt. The experts' gate and up matrices have std 0.5
-    // so that the SwiGLU's clamp at 7 cuts some activations.
-    {.name = "gpt-oss-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 64, .n_ctx = 2048,
-     .rope_theta = 150000.0f, .rms_eps = 1e-5f, .arch = "gpt-oss", .biases = true, .swa_window = 6, .head_dim = 32,
-     .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 64, .rope_yarn = 32.0f, .rope_yarn_orig_ctx = 64,
-     .expert_gate_up_std = 0.5f, .tokenizer_pre = "gpt-4o"},
-    // gpt-oss-20b scaled to ~1.2B weights besides the embeddings, with its share active (4
-    // of 32 experts: 12.5% of the expert weights, 0.18B of the block weights a token): width
-    // 1024, 12 layers, 16 query heads of 64 over 2 (8:1 as the real model), window 128,
-    // YaRN x32 of 128 in a context of 4096. For benchmarks; no test runs it.
-    {.name = "gpt-oss-1.2b-a0.2b", .dim = 1024, .n_layers = 12, .n_heads = 16, .n_kv_heads = 2, .ffn_dim = 1024,
-     .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .arch = "gpt-oss", .biases = true, .swa_window = 128,
-     .head_dim = 64, .n_experts = 32, .n_experts_used = 4, .expert_ffn_dim = 1024, .rope_yarn = 32.0f,
-     .rope_yarn_orig_ctx = 128, .tokenizer_pre = "gpt-4o"},
-    // Llama 3.1: base 500000, rope_freqs.weight (kiln-gen --tied for Llama 3.2's tied
-    // output). The factors are computed for an original context of 64 instead of 8192, so
-    // that they act on pairs that turn noticeably within a short prompt.
-    {.name = "llama3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 192, .n_ctx = 256,
-     .rope_theta = 500000.0f, .rms_eps = 1e-5f, .arch = "llama", .rope_freqs_orig_ctx = 64},
-    // Mistral 7B v0.1: a Llama with GQA 4:1 and attention.sliding_window on every layer.
-    // llama.cpp's llama architecture ignores the window, so it is wider than the 40
-    // positions the reference covers: the two agree only where the window masks nothing.
-    {.name = "mistral-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "llama", .swa_window = 48},
-    // Gemma: GeGLU, embeddings x sqrt(dim), multi-query attention, head size 32 (dim 64 / 4 heads is 16).
-    {.name = "gemma-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .arch = "gemma", .head_dim = 32},
-    // Gemma 2: post-norms, window 6 on every other layer, attention and final soft-caps.
-    {.name = "gemma2-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .arch = "gemma2", .swa_window = 6, .swa_pattern = 2, .head_dim = 32,
-     .attn_softcap = 1.5f, .final_softcap = 3.0f},
-    // Gemma 3: per-head Q/K norms, post-norms, window 6 with every 3rd layer global, local
-    // RoPE base 10000 unscaled, global 1e6 with linear scaling x8.
-    {.name = "gemma3-tiny", .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "gemma3", .swa_window = 6, .swa_pattern = 3, .head_dim = 32,
-     .rope_theta_swa = 10000.0f, .rope_linear = 8.0f},
-    // Phi-3: fused QKV and gate/up, RoPE halves, GQA (as Phi-3 medium), untied output.
-    {.name = "phi3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
-     .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3"},
-    // Phi-3 128k: phi3-tiny with LongRoPE for an original context of 256 in 2048 (x8; the
-    // real x32 of 4096 in 131072 would make a test's contexts large), so that llama.cpp,
-    // which rounds contexts up to multiples of 256, runs it with either set of factors.
-    {.name = "phi3-128k-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160,
-     .n_ctx = 2048, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .arch = "phi3", .longrope_orig_ctx = 256},
-    // Mamba-2 (state-spaces/mamba2-*: d_state 128, heads of 64, one group, conv 4, expand
-    // 2; the converter's context_length 2^20). The tiny one: 8 heads of 16 in 2 groups,
-    // d_state 16, 3 layers. The ~1B one is mamba2-1.3b (width 2048, 64 heads) with 36 of
-    // its 48 layers.
-    {.name = "mamba2-tiny", .dim = 64, .n_layers = 3, .n_ctx = 1u << 20, .rms_eps = 1e-5f, .arch = "mamba2",
-     .ssm_d_state = 16, .ssm_head_dim = 16, .ssm_n_groups = 2},
-    {.name = "mamba2-1b", .dim = 2048, .n_layers = 36, .n_ctx = 1u << 20, .rms_eps = 1e-5f, .arch = "mamba2",
-     .ssm_d_state = 128, .ssm_head_dim = 64, .ssm_n_groups = 1},
-};
-
 bool is_gemma(const std::string& arch) { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
 bool rope_family(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "phi3" ||
@@ -209,11 +112,20 @@ uint32_t file_type_of(TensorType t) {  // general.file_type: "mostly <type>"
 
 void check_shape(const ModelShape& s) {
   auto bad = [&](const std::string& why) { throw Error("model shape '" + s.name + "': " + why); };
-  if (s.arch == "mamba2") {
+  if (s.arch == "mamba2" || s.arch == "granitehybrid") {
     if (!s.dim || !s.n_layers || !s.n_ctx || !s.ssm_d_state || !s.ssm_head_dim || !s.ssm_n_groups || !s.ssm_d_conv)
       bad("every dimension must be positive");
     if ((2 * s.dim) % s.ssm_head_dim || (2 * s.dim / s.ssm_head_dim) % s.ssm_n_groups)
       bad("the heads (2 * dim / ssm_head_dim) must split into ssm_n_groups groups");
+    if (s.arch == "mamba2") return;
+  }
+  if (s.arch == "granitehybrid") {
+    if (!s.dim || !s.n_heads || !s.n_kv_heads || !s.ffn_dim || s.n_heads % s.n_kv_heads || s.dim % s.n_heads)
+      bad("the attention layers need heads that divide dim, kv heads that divide them, and an FFN");
+    if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts))
+      bad("expert_used_count must be 1 to expert_count");
+    if (s.shared_expert_ffn_dim && !s.n_experts) bad("a shared expert needs experts");
+    if (s.n_experts && s.expert_ffn_dim != s.ffn_dim) bad("granitehybrid's experts are ffn_dim wide (expert_ffn_dim)");
     return;
   }
   if (!s.dim || !s.n_layers || !s.n_heads || !s.n_kv_heads || !s.ffn_dim || !s.n_ctx)
@@ -234,22 +146,6 @@ void check_shape(const ModelShape& s) {
   if (s.n_experts && (!s.n_experts_used || s.n_experts_used > s.n_experts || !s.expert_ffn_dim))
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
-
-}  // namespace
-
-std::optional<ModelShape> find_shape(const std::string& name) {
-  for (const ModelShape& s : kShapes)
-    if (s.name == name) return s;
-  return std::nullopt;
-}
-
-std::vector<std::string> shape_names() {
-  std::vector<std::string> names;
-  for (const ModelShape& s : kShapes) names.push_back(s.name);
-  return names;
-}
-
-namespace {
 
 // The model around a vocabulary: `write_tokenizer` puts its tokenizer.* keys where a
 // converter would, after the hyperparameters.
@@ -273,19 +169,28 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   w.set(a + "block_count", Value::of_u32(s.n_layers));
   w.set(a + "feed_forward_length", Value::of_u32(s.ffn_dim));
   w.set(a + "attention.head_count", Value::of_u32(s.n_heads));
-  if (s.arch == "mamba2") {
+  const bool granite = s.arch == "granitehybrid";
+  const auto attends = [&](uint32_t l) { return std::count(s.attn_layers.begin(), s.attn_layers.end(), l) > 0; };
+  if (s.arch == "mamba2" || granite) {
     w.set(a + "ssm.conv_kernel", Value::of_u32(s.ssm_d_conv));
     w.set(a + "ssm.inner_size", Value::of_u32(2 * s.dim));
     w.set(a + "ssm.state_size", Value::of_u32(s.ssm_d_state));
     w.set(a + "ssm.time_step_rank", Value::of_u32(2 * s.dim / s.ssm_head_dim));
     w.set(a + "ssm.group_count", Value::of_u32(s.ssm_n_groups));
-  } else {
+  }
+  if (granite) {  // per layer, 0 marking a Mamba-2 layer, as the converter writes it
+    std::vector<Value> kv;
+    for (uint32_t l = 0; l < s.n_layers; ++l) kv.push_back(Value::of_i32(attends(l) ? int32_t(s.n_kv_heads) : 0));
+    w.set(a + "attention.head_count_kv", Value::of_array(gguf::ValueType::INT32, std::move(kv)));
+  } else if (s.arch != "mamba2") {
   w.set(a + "attention.head_count_kv", Value::of_u32(s.n_kv_heads));
   }
   if (s.n_experts) {
     w.set(a + "expert_count", Value::of_u32(s.n_experts));
     w.set(a + "expert_used_count", Value::of_u32(s.n_experts_used));
-    if (s.arch != "llama") w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));  // Mixtral: feed_forward_length
+    // Mixtral and Granite: the experts' width is feed_forward_length.
+    if (s.arch != "llama" && !granite) w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));
+    if (s.shared_expert_ffn_dim) w.set(a + "expert_shared_feed_forward_length", Value::of_u32(s.shared_expert_ffn_dim));
   }
   if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
@@ -324,6 +229,10 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     }
     if (s.attn_softcap > 0) w.set(a + "attn_logit_softcapping", Value::of_f32(s.attn_softcap));
     if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", Value::of_f32(s.final_softcap));
+    if (granite) w.set(a + "rope.scaling.finetuned", Value::of_bool(!s.nope));
+    for (const auto& [key, v] : {std::pair{"embedding_scale", s.embedding_scale}, {"residual_scale", s.residual_scale},
+                                 {"attention.scale", s.attention_scale}, {"logit_scale", s.logit_scale}})
+      if (v > 0) w.set(a + key, Value::of_f32(v));
   }
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   write_tokenizer(w);
@@ -388,7 +297,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   };
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    if (s.arch == "mamba2") {
+    if (s.arch == "mamba2" || (granite && !attends(l))) {
       const uint64_t d_inner = 2 * dim, heads = d_inner / s.ssm_head_dim, conv_dim = d_inner + 2 * s.ssm_n_groups * s.ssm_d_state;
       norm(b + "attn_norm.weight");
       matrix(b + "ssm_in.weight", d_inner + conv_dim + heads, dim);  // z, xBC, dt
@@ -403,7 +312,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
       f32_uniform(b + "ssm_d", {1, heads}, 1.0 - o.norm_jitter, 1.0 + o.norm_jitter);
       f32_uniform(b + "ssm_norm.weight", {d_inner / s.ssm_n_groups, s.ssm_n_groups}, 1.0 - o.norm_jitter, 1.0 + o.norm_jitter);
       matrix(b + "ssm_out.weight", dim, d_inner);
-      continue;
+      if (!granite) continue;  // Mamba-2: the mixer is the whole block
     }
     if (mpt) {
       norm(b + "attn_norm.weight");
@@ -426,27 +335,29 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
       bias(b + "ffn_down.bias", dim);
       continue;
     }
-    norm(b + "attn_norm.weight");
-    if (phi3) {
-      matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, dim);
-    } else {
-      matrix(b + "attn_q.weight", q_dim, dim);
-      bias(b + "attn_q.bias", q_dim);
-      matrix(b + "attn_k.weight", kv_dim, dim);
-      bias(b + "attn_k.bias", kv_dim);
-      matrix(b + "attn_v.weight", kv_dim, dim);
-      bias(b + "attn_v.bias", kv_dim);
+    if (!granite || attends(l)) {
+      norm(b + "attn_norm.weight");
+      if (phi3) {
+        matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, dim);
+      } else {
+        matrix(b + "attn_q.weight", q_dim, dim);
+        bias(b + "attn_q.bias", q_dim);
+        matrix(b + "attn_k.weight", kv_dim, dim);
+        bias(b + "attn_k.bias", kv_dim);
+        matrix(b + "attn_v.weight", kv_dim, dim);
+        bias(b + "attn_v.bias", kv_dim);
+      }
+      if (qk_norm) {
+        norm(b + "attn_q_norm.weight", head_dim);
+        norm(b + "attn_k_norm.weight", head_dim);
+      }
+      matrix(b + "attn_output.weight", dim, q_dim);
+      if (gpt_oss) {
+        bias(b + "attn_output.bias", dim);
+        sinks(b + "attn_sinks.weight");
+      }
+      if (post_norms) norm(b + "post_attention_norm.weight");
     }
-    if (qk_norm) {
-      norm(b + "attn_q_norm.weight", head_dim);
-      norm(b + "attn_k_norm.weight", head_dim);
-    }
-    matrix(b + "attn_output.weight", dim, q_dim);
-    if (gpt_oss) {
-      bias(b + "attn_output.bias", dim);
-      sinks(b + "attn_sinks.weight");
-    }
-    if (post_norms) norm(b + "post_attention_norm.weight");
     norm(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"));  // gpt-oss: the norm before the FFN
     if (s.n_experts) {
       matrix(b + "ffn_gate_inp.weight", s.n_experts, dim);
@@ -458,6 +369,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
         expert_bias(b + "ffn_gate_exps.bias", s.expert_ffn_dim);
         expert_bias(b + "ffn_up_exps.bias", s.expert_ffn_dim);
         expert_bias(b + "ffn_down_exps.bias", dim);
+      }
+      if (s.shared_expert_ffn_dim) {
+        matrix(b + "ffn_gate_shexp.weight", s.shared_expert_ffn_dim, dim);
+        matrix(b + "ffn_up_shexp.weight", s.shared_expert_ffn_dim, dim);
+        matrix(b + "ffn_down_shexp.weight", dim, s.shared_expert_ffn_dim);
       }
       continue;
     }

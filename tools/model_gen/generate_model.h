@@ -1,6 +1,6 @@
 #pragma once
 // GGUF files of every family kiln runs (llama, qwen2, qwen3, qwen3moe, gemma, gemma2,
-// gemma3, phi3, mpt, gpt-oss, mamba2) with seeded random weights of a real model's shape: the benchmark stand-in for
+// gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid) with seeded random weights of a real model's shape: the benchmark stand-in for
 // models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
 // reference logits were computed on (tests/data/families).
 // Used by tools/kiln-gen.cpp and tests (library kiln_model_gen, outside the engine); the numbers are noise, the shapes and the file
@@ -69,6 +69,15 @@ struct ModelShape {
   // the converter writes them). d_inner = 2 * dim (Mamba-2's expand), ssm heads of
   // ssm_head_dim, B and C shared by ssm_n_groups groups of heads.
   uint32_t ssm_d_state = 0, ssm_head_dim = 0, ssm_n_groups = 0, ssm_d_conv = 4;
+  // granitehybrid: the layers that attend (those past --layers are dropped with their
+  // blocks); the others are Mamba-2 layers of the ssm_*
+  // shape above. Every block has an FFN: experts when n_experts (their width is ffn_dim,
+  // as the converter writes it) with a shared expert of shared_expert_ffn_dim, else dense.
+  // Granite's multipliers (0: not written); nope: rope.scaling.finetuned false.
+  std::vector<uint32_t> attn_layers = {};
+  uint32_t shared_expert_ffn_dim = 0;
+  float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
+  bool nope = false;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",
