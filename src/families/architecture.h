@@ -102,6 +102,9 @@ void read_block_ffn(const Model& model, uint32_t l, LayerWeights& L, const Block
 // state_size, time_step_rank, group_count} into c, checked; and layer l's mixer tensors
 // (blk.l.ssm_*) into L. Hybrid families call these for their SSM layers.
 void read_ssm_shape(const gguf::File& f, const std::string& prefix, ModelConfig& c);
+// <arch>.context_length, embedding_length (not 0) and block_count, which recurrent
+// families read without the attention keys read_blocks' families take with them.
+void read_trunk_shape(const gguf::File& f, ModelConfig& c);
 void read_ssm_layer(const Model& model, uint32_t l, LayerWeights& L);
 // The Gemma family's common part (src/families/gemma.cpp): shape and RoPE (halves), embeddings
 // scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.

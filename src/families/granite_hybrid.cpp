@@ -72,10 +72,7 @@ void load_granite_hybrid(Model& model) {
   const gguf::File& f = model.file();
   ModelConfig& c = model.mutable_config();
   const std::string p = c.arch + ".";
-  c.n_ctx_train = f.get_u32(p + "context_length");
-  c.dim = f.get_u32(p + "embedding_length");
-  c.n_layers = f.get_u32(p + "block_count");
-  if (c.dim == 0) throw Error(f.path() + ": " + p + "embedding_length is 0");
+  read_trunk_shape(f, c);
   check_layer_count(f, c);
 
   const std::vector<uint32_t> kv_heads = per_layer_u32(f, p + "attention.head_count_kv", c.n_layers);

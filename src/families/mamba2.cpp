@@ -20,6 +20,14 @@ WeightView f32_weight(const Model& model, const std::string& name, std::vector<u
 
 }  // namespace
 
+void read_trunk_shape(const gguf::File& f, ModelConfig& c) {
+  const std::string p = c.arch + ".";
+  c.n_ctx_train = f.get_u32(p + "context_length");
+  c.dim = f.get_u32(p + "embedding_length");
+  c.n_layers = f.get_u32(p + "block_count");
+  if (c.dim == 0) throw Error(f.path() + ": " + p + "embedding_length is 0");
+}
+
 void read_ssm_shape(const gguf::File& f, const std::string& p, ModelConfig& c) {
   c.ssm_d_conv = f.get_u32(p + "ssm.conv_kernel");
   c.ssm_d_inner = f.get_u32(p + "ssm.inner_size");
@@ -58,10 +66,7 @@ void load_mamba2(Model& model) {
   const gguf::File& f = model.file();
   ModelConfig& c = model.mutable_config();
   const std::string p = c.arch + ".";
-  c.n_ctx_train = f.get_u32(p + "context_length");
-  c.dim = f.get_u32(p + "embedding_length");
-  c.n_layers = f.get_u32(p + "block_count");
-  if (c.dim == 0) throw Error(f.path() + ": " + p + "embedding_length is 0");
+  read_trunk_shape(f, c);
   for (const char* key : {"feed_forward_length", "attention.head_count", "attention.head_count_kv"})
     if (const uint64_t v = f.get_uint(p + key, 0); v != 0)
       throw Error(f.path() + ": " + p + key + " is " + std::to_string(v) + "; a mamba2 block has no FFN or attention");
