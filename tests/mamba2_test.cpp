@@ -25,6 +25,7 @@
 #include "kiln/speculative.h"
 #include "model_gen/generate_model.h"
 #include "sha256.h"
+#include "perplexity_reference.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -279,58 +280,11 @@ TEST(Mamba2, InfoShowsTheMixerAndTheStatePerSequence) {
   EXPECT_EQ(r.out.find("rope:"), std::string::npos) << r.out;
 }
 
-namespace {
-
-// sha256 of "name type sha256(bytes)\n" over the tensors sorted by name: what the
-// reference lines carry for llama-quantize's files (tests/data/families/README.md).
-std::string tensor_digest(const std::string& path) {
-  auto file = gguf::File::open(path);
-  std::vector<std::string> lines;
-  for (const gguf::TensorInfo& t : file->tensors())
-    lines.push_back(t.name + " " + std::string(type_name(t.type)) + " " + sha256_hex(t.data, t.n_bytes) + "\n");
-  std::sort(lines.begin(), lines.end());
-  std::string all;
-  for (const std::string& l : lines) all += l;
-  return sha256_hex(all);
-}
-
-}  // namespace
-
 // llama-perplexity on the same file and on llama-quantize's Q8_0 and Q4_0 of it, which
 // `kiln quantize` must reproduce tensor for tensor (tests/data/families/mamba2.llama-perplexity.txt).
 // F32 agrees to 0.05% (seen 3.6e-8); quantized within 0.1% (seen 0.006%).
 TEST(Mamba2, PerplexityMatchesLlamaPerplexityInF32AndQuantized) {
-  std::istringstream in(read_file(std::string(KILN_SOURCE_DIR) + "/tests/data/families/mamba2.llama-perplexity.txt"));
-  const std::string story = std::string(KILN_SOURCE_DIR) + "/tests/data/story.txt";
-  int n = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ls(line);
-    std::string file, preset, digest;
-    double want = 0, want_err = 0;
-    ls >> file >> preset >> digest >> want >> want_err;
-    ASSERT_TRUE(ls && file == "mamba2-tiny") << line;
-    SCOPED_TRACE(preset);
-    ++n;
-    std::string model = tiny_path();
-    if (preset != "F32") {
-      model = temp_dir() + "/mamba2-tiny-" + preset + ".gguf";
-      const auto q = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(tiny_path()) + " " +
-                                 shell_quote(model) + " " + preset + " --quiet");
-      ASSERT_EQ(q.exit_code, 0) << q.err;
-    }
-    EXPECT_EQ(tensor_digest(model), digest) << "not the tensors llama.cpp scored";
-    const auto r = run_command(shell_quote(kiln_binary()) + " perplexity " + shell_quote(model) + " -f " +
-                               shell_quote(story) + " -c 64 -t 2");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    double ppl = 0, err = 0;
-    ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
-    std::printf("[ mamba2-tiny %s ] kiln %.4f vs llama-perplexity %.4f\n", preset.c_str(), ppl, want);
-    const double bound = preset == "F32" ? 5e-4 : 1e-3;
-    EXPECT_NEAR(ppl, want, want * bound);
-    EXPECT_NEAR(err, want_err, want_err * 5 * bound);
-  }
-  EXPECT_EQ(n, 3);
+  expect_perplexities_match("mamba2.llama-perplexity.txt", "mamba2-tiny", tiny_path(), 3);
 }
 
 // kiln chat --session through the binary: the second run resumes the saved state (only its

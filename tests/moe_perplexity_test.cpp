@@ -17,6 +17,7 @@
 #include "kiln/tokenizer.h"
 #include "model_gen/generate_model.h"
 #include "sha256.h"
+#include "perplexity_reference.h"
 #include "test_util.h"
 
 using namespace kiln::test;
@@ -71,19 +72,6 @@ std::string reference_file(const std::string& file, bool f16 = false) {
   const std::string path = temp_dir() + "/" + name + ".gguf";
   write_file(path, std::string(bytes.begin(), bytes.end()));
   return written[key] = path;
-}
-
-// sha256 of "name type sha256(bytes)\n" for the tensors sorted by name: what the reference
-// script computed on llama-quantize's output (the two files order their tensors differently).
-std::string tensor_digest(const std::string& path) {
-  auto file = kiln::gguf::File::open(path);
-  std::vector<std::string> lines;
-  for (const kiln::gguf::TensorInfo& t : file->tensors())
-    lines.push_back(t.name + " " + std::string(kiln::type_name(t.type)) + " " + sha256_hex(t.data, t.n_bytes) + "\n");
-  std::sort(lines.begin(), lines.end());
-  std::string all;
-  for (const std::string& l : lines) all += l;
-  return sha256_hex(all);
 }
 
 // F32 runs agree to float noise (seen: 1e-6). Quantized ones move further: these are
