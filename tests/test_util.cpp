@@ -23,12 +23,24 @@ std::string shared_dir() {
 std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
 std::string kiln_binary() { return KILN_BINARY; }
 
+// One folder per test process, removed when the process exits (set KILN_KEEP_TEST_FILES
+// to keep it for a post-mortem): a whole suite writes gigabytes of model files, which
+// filled the disk when every run left them behind.
 std::string temp_dir() {
   static std::string dir = [] {
     std::string pattern = (std::filesystem::temp_directory_path() / "kiln-test-XXXXXX").string();
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     return pattern;
   }();
+  static const bool cleanup_registered = [] {
+    if (!std::getenv("KILN_KEEP_TEST_FILES"))
+      std::atexit([] {
+        std::error_code ignored;
+        std::filesystem::remove_all(dir, ignored);
+      });
+    return true;
+  }();
+  (void)cleanup_registered;
   return dir;
 }
 
