@@ -361,8 +361,12 @@ int32_t Session::fork_sequence(int32_t from) {
   const int32_t seq = s.kv->fork(from);
   s.recurrent.copy(from, seq);
   // The fork holds the same positions: it can go back where `from` could.
-  if (size_t(from) < s.checkpoints.size() && s.checkpoints[size_t(from)].pos >= 0) s.checkpoint_of(seq) = s.checkpoints[size_t(from)];
-  else s.forget_checkpoint(seq);
+  if (size_t(from) < s.checkpoints.size() && s.checkpoints[size_t(from)].pos >= 0) {
+    Impl::Checkpoint& copy = s.checkpoint_of(seq);  // may grow the vector: index `from` after it
+    copy = s.checkpoints[size_t(from)];
+  } else {
+    s.forget_checkpoint(seq);
+  }
   return seq;
 }
 int32_t Session::add_sequence() {
