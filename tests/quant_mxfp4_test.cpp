@@ -9,6 +9,8 @@
 //  * the forward pass's embedding lookup of an MXFP4 token_embd.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -24,12 +26,6 @@
 
 namespace kiln::kernels {
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 
 // The spec: E2M1 has sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; exponent 0
 // is subnormal (0 or 0.5). E8M0 is 2^(e - 127).
@@ -145,7 +141,7 @@ TEST_P(Mxfp4Fixture, MatchesGgmlBitForBit) {
   const float* want = reinterpret_cast<const float*>(dq->data);
   size_t mismatches = 0;
   for (size_t i = 0; i < n; ++i)
-    if (bits_of(y[i]) != bits_of(want[i]) && mismatches++ < 5)
+    if (std::bit_cast<uint32_t>(y[i]) != std::bit_cast<uint32_t>(want[i]) && mismatches++ < 5)
       ADD_FAILURE() << "dequantize element " << i << ": " << y[i] << " vs ggml " << want[i];
   EXPECT_EQ(mismatches, 0u);
 
