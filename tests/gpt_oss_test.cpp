@@ -12,6 +12,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ctime>
@@ -19,10 +20,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine_text.h"
+#include "kiln/batch_engine.h"
 #include "kiln/chat_template.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/model.h"
+#include "kiln/generator.h"
 #include "kiln/session.h"
 #include "kiln/tokenizer.h"
 #include "model_gen/generate_model.h"
@@ -403,17 +407,24 @@ TEST(GptOss, AttentionScoresLeaveTheSinkItsShare) {
 // The paged layout (no sliding windows there: kiln refuses them, so the windows are off on
 // both sides; blocks of 16 positions, the prompt spans three) keeps the sinks: the same
 // logits as the contiguous cache, in both attention kernels.
+// The paged cache (kiln serve's) holds every position of the sliding-window layers and
+// masks them; the contiguous cache keeps those layers in rings of window + batch - 1. The
+// logits agree over a prompt several windows long, in batches smaller than the window.
 TEST(GptOss, PagedCacheGivesTheContiguousLogits) {
   auto model = kiln::Model::load(reference_file());
   const std::vector<int32_t>& tokens = reference().tokens;
+  ASSERT_GT(tokens.size(), 3 * size_t(model->config().swa_window[0]));
   for (kiln::FlashAttention fa : {kiln::FlashAttention::off, kiln::FlashAttention::on}) {
     std::vector<float> out[2];
     for (int paged = 0; paged < 2; ++paged) {
       kiln::SessionParams p;
-      p.n_ctx = 64, p.n_batch = 5, p.n_threads = 2, p.flash_attn = fa, p.swa_window = 0;
+      p.n_ctx = 64, p.n_batch = 5, p.n_threads = 2, p.flash_attn = fa;
       p.kv_type_k = p.kv_type_v = kiln::TensorType::F32;
       p.kv_layout = paged ? kiln::KvLayout::paged : kiln::KvLayout::contiguous;
       kiln::Session s(*model, p);
+      if (!paged) {
+        EXPECT_LT(s.kv_cache_layer_bytes(0), s.kv_cache_layer_bytes(1)) << "layer 0 slides: a ring";
+      }
       const auto all = s.decode(tokens, /*all_logits=*/true);
       out[paged].assign(all.begin(), all.end());
     }
@@ -423,6 +434,38 @@ TEST(GptOss, PagedCacheGivesTheContiguousLogits) {
                 err / sum);
     EXPECT_LT(err / sum, 1e-12);
   }
+}
+
+// kiln serve's engine on gpt-oss (paged cache, sliding windows masked): two concurrent
+// requests whose prompts and replies run past the window each get Generator's text on the
+// contiguous cache with rings.
+TEST(GptOss, ServerRequestsGiveTheirTextsAlone) {
+  auto model = kiln::Model::load(reference_file());
+  const std::vector<int32_t>& ref = reference().tokens;
+  const std::vector<int32_t> a(ref.begin(), ref.begin() + 9), b(ref.begin() + 3, ref.begin() + 14);
+  kiln::SessionParams p;
+  p.n_ctx = 96, p.n_batch = 32, p.n_threads = 2;
+  kiln::SamplerParams greedy;
+  greedy.temperature = 0;
+  const auto alone = [&](const std::vector<int32_t>& prompt) {
+    kiln::Session s(*model, p);  // contiguous: rings
+    kiln::Sampler sampler(greedy, model->config().n_vocab);
+    kiln::Generator g(s, model->tokenizer(), sampler);
+    std::string text;
+    g.generate(prompt, 24, [&](std::string_view piece) { text += piece; });
+    return text;
+  };
+  kiln::SessionParams paged = p;
+  paged.kv_layout = kiln::KvLayout::paged;
+  kiln::Session session(*model, paged);
+  kiln::BatchEngine::Params bp;
+  bp.n_parallel = 2;
+  kiln::BatchEngine engine(session, model->tokenizer(), bp);
+  std::string got_b;
+  std::thread second([&] { got_b = engine_text(engine, b, 24); });
+  EXPECT_EQ(engine_text(engine, a, 24), alone(a));
+  second.join();
+  EXPECT_EQ(got_b, alone(b));
 }
 
 // The clamped SwiGLU on values around its limits, against the formula in double: the

@@ -1,29 +1,24 @@
 // granitehybrid (Granite 4.0-H) beyond the reference logits of families_test: a model whose
 // layers are partly attention (a KV cache of those layers only) and partly Mamba-2 (a
 // recurrent state), through the Session API: both continue across calls, a truncation cuts
-// the cache and returns the state to its checkpoint together, speculative decoding undoes
-// refused drafts in both, forks and session files carry both, chat turns and server slots
-// reuse both; the multipliers each matter; malformed files, `kiln info`, and
-// `kiln perplexity` against llama-perplexity (tests/data/families/README.md).
+// the cache and returns the state to its checkpoint together, forks and session files
+// carry both; the multipliers each matter; malformed files, `kiln info`, and
+// `kiln perplexity` against llama-perplexity (tests/data/families/README.md). Chat turns,
+// speculative decoding and kiln serve's engine: tests/recurrent_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "kiln/batch_engine.h"
-#include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
-#include "kiln/speculative.h"
 #include "model_gen/generate_model.h"
 #include "sha256.h"
 #include "perplexity_reference.h"
@@ -87,21 +82,6 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-SamplerParams greedy() {
-  SamplerParams p;
-  p.temperature = 0;
-  return p;
-}
-
-std::string fresh_reply(const std::vector<int32_t>& t, int32_t n) {
-  Session s(tiny(), params());
-  Sampler sampler(greedy(), tiny().config().n_vocab);
-  Generator g(s, tiny().tokenizer(), sampler);
-  std::string reply;
-  g.generate(t, n, [&](std::string_view piece) { reply.append(piece); });
-  return reply;
 }
 
 }  // namespace
@@ -229,99 +209,6 @@ TEST(GraniteHybrid, SessionFileSavesAndRestoresCacheAndState) {
   EXPECT_EQ(loaded.tokens, a);
   EXPECT_EQ(t.n_past(), int32_t(a.size()));
   expect_same(copy(t.decode(b)), want, "restored");
-}
-
-TEST(GraniteHybrid, ChatTurnsContinueOrRecompute) {
-  Session s(tiny(), params());
-  Sampler sampler(greedy(), tiny().config().n_vocab);
-  Generator g(s, tiny().tokenizer(), sampler);
-  Chat chat(g, tiny().tokenizer(), ChatTemplate(builtin_chat_template("chatml")));
-  const auto ignore = [](std::string_view) {};
-  chat.send("Once upon a time", 6, ignore);
-  const size_t after1 = g.history().size();
-  const ChatTurn t2 = chat.send("The dog", 6, ignore);
-  EXPECT_EQ(size_t(t2.n_reused), after1);
-  const std::vector<int32_t> before2(g.history().begin(), g.history().end() - t2.stats.n_generated);
-  EXPECT_EQ(t2.reply, fresh_reply(before2, 6));
-  chat.set_system("You tell stories.");
-  const ChatTurn t3 = chat.send("A cat", 6, ignore);
-  const std::vector<int32_t> before3(g.history().begin(), g.history().end() - t3.stats.n_generated);
-  EXPECT_EQ(t3.stats.n_prompt, int32_t(before3.size())) << "everything run again";
-  EXPECT_EQ(t3.reply, fresh_reply(before3, 6));
-}
-
-// Refused drafts are undone in both memories: the cache is cut, the state goes back to the
-// checkpoint before the verification and the accepted tokens run again.
-TEST(GraniteHybrid, SpeculativeDecodingKeepsTheGreedyOutput) {
-  const std::unique_ptr<Model> other = Model::load(write_model("granitehybrid-tiny-seed8", gen::peaky_options("granitehybrid-tiny", 8)));
-  const std::vector<int32_t> prompt = tokens(10, 11);
-  const std::string want = fresh_reply(prompt, 24);
-  SpeculativeParams sp;
-  sp.draft_max = 4;
-  sp.adaptive = false;
-  const Model* drafts[] = {&tiny(), other.get(), nullptr};
-  for (const Model* draft : drafts) {
-    SCOPED_TRACE(draft == &tiny() ? "self draft" : draft ? "other seed" : "n-grams");
-    for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
-      Session s(tiny(), params(layout));
-      Session draft_session(draft ? *draft : tiny(), params());
-      const std::unique_ptr<Drafter> drafter = draft ? make_model_drafter(draft_session, greedy(), 0.0f) : make_ngram_drafter(2);
-      Sampler sampler(greedy(), tiny().config().n_vocab);
-      Generator g(s, tiny().tokenizer(), sampler);
-      g.set_speculative(drafter.get(), sp);
-      std::string got;
-      const GenerationStats st = g.generate(prompt, 24, [&](std::string_view piece) { got.append(piece); });
-      EXPECT_EQ(got, want);
-      if (draft == &tiny()) {
-        EXPECT_EQ(st.spec.n_accepted, st.spec.n_drafted);
-      } else if (draft == other.get()) {
-        EXPECT_LT(st.spec.n_accepted, st.spec.n_drafted) << "some drafts refused";
-      }
-    }
-  }
-}
-
-namespace {
-
-std::string engine_text(BatchEngine& engine, const std::vector<int32_t>& prompt, int32_t n, int32_t* cached = nullptr) {
-  CompletionRequest r;
-  r.prompt = prompt;
-  r.max_tokens = n;
-  r.sampling = greedy();
-  std::shared_ptr<CompletionStream> stream = engine.submit(r);
-  std::string text;
-  CompletionEvent e;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!stream->next(e, std::chrono::milliseconds(100))) continue;
-    text += e.text;
-    if (e.done) {
-      if (cached) *cached = e.cached_tokens;
-      return text;
-    }
-  }
-  ADD_FAILURE() << "stream did not end within 60 s";
-  return text;
-}
-
-}  // namespace
-
-TEST(GraniteHybrid, ServerSlotsKeepEachRequestsCacheAndState) {
-  const std::vector<int32_t> a = tokens(14, 9), b = tokens(9, 10);
-  const std::string want_a = fresh_reply(a, 10), want_b = fresh_reply(b, 10);
-  Session session(tiny(), params(KvLayout::paged, 64));
-  BatchEngine::Params bp;
-  bp.n_parallel = 2;
-  BatchEngine engine(session, tiny().tokenizer(), bp);
-  std::string got_b;
-  std::thread other([&] { got_b = engine_text(engine, b, 10); });
-  EXPECT_EQ(engine_text(engine, a, 10), want_a);
-  other.join();
-  EXPECT_EQ(got_b, want_b);
-  int32_t cached = -1;
-  const std::vector<int32_t> longer = concat(a, tokens(5, 12));
-  EXPECT_EQ(engine_text(engine, longer, 10, &cached), fresh_reply(longer, 10)) << "a's prompt extended";
-  EXPECT_EQ(cached, int32_t(a.size())) << "from the checkpoint after a's prompt";
 }
 
 TEST(GraniteHybrid, InfoShowsTheLayoutTheStateAndTheExperts) {

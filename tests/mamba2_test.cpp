@@ -1,8 +1,9 @@
 // Mamba-2 beyond the reference logits of families_test: the recurrent state through the
 // Session API (it continues across calls, a truncation goes back to a checkpoint or
-// recomputes, speculative decoding re-runs what a refused draft undid, forks carry it, session files save and restore it, context shifts and
+// recomputes, forks carry it, session files save and restore it, context shifts and
 // eviction leave it alone), malformed files, `kiln info`, and `kiln perplexity` against
-// llama-perplexity on the reference file (tests/data/families/README.md).
+// llama-perplexity on the reference file (tests/data/families/README.md). Chat turns,
+// speculative decoding and kiln serve's engine: tests/recurrent_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,19 +11,14 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "kiln/batch_engine.h"
-#include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "kiln/session_file.h"
-#include "kiln/speculative.h"
 #include "model_gen/generate_model.h"
 #include "sha256.h"
 #include "perplexity_reference.h"
@@ -180,52 +176,6 @@ TEST(Mamba2, SessionFileSavesAndRestoresTheState) {
 
 namespace {
 
-SamplerParams greedy() {
-  SamplerParams p;
-  p.temperature = 0;
-  return p;
-}
-
-// The greedy reply of a fresh session to `tokens`: what a chat turn continuing the state
-// must say.
-std::string fresh_reply(const std::vector<int32_t>& t, int32_t n) {
-  Session s(tiny(), params());
-  Sampler sampler(greedy(), tiny().config().n_vocab);
-  Generator g(s, tiny().tokenizer(), sampler);
-  std::string reply;
-  g.generate(t, n, [&](std::string_view piece) { reply.append(piece); });
-  return reply;
-}
-
-}  // namespace
-
-// kiln chat's turns: turn 2 runs only its new tokens on the state turn 1 left, and says
-// what a fresh session given the whole conversation says; a new system prompt changes the
-// text before everything, so the state is recomputed from the start (and still agrees).
-TEST(Mamba2, ChatTurnsContinueTheStateOrRecomputeIt) {
-  Session s(tiny(), params());
-  Sampler sampler(greedy(), tiny().config().n_vocab);
-  Generator g(s, tiny().tokenizer(), sampler);
-  Chat chat(g, tiny().tokenizer(), ChatTemplate(builtin_chat_template("chatml")));
-  const auto ignore = [](std::string_view) {};
-  const ChatTurn t1 = chat.send("Once upon a time", 6, ignore);
-  const size_t after1 = g.history().size();
-  const ChatTurn t2 = chat.send("The dog", 6, ignore);
-  EXPECT_EQ(size_t(t2.n_reused), after1);
-  const std::vector<int32_t> before2(g.history().begin(), g.history().end() - t2.stats.n_generated);
-  // The new turn's tokens and turn 1's last reply token (sampled, not yet run).
-  EXPECT_EQ(size_t(t2.stats.n_prompt), before2.size() - after1 + 1);
-  EXPECT_EQ(t2.reply, fresh_reply(before2, 6));
-
-  chat.set_system("You tell stories.");
-  const ChatTurn t3 = chat.send("A cat", 6, ignore);
-  const std::vector<int32_t> before3(g.history().begin(), g.history().end() - t3.stats.n_generated);
-  EXPECT_EQ(t3.stats.n_prompt, int32_t(before3.size())) << "everything run again";
-  EXPECT_EQ(t3.reply, fresh_reply(before3, 6));
-}
-
-namespace {
-
 // A copy of the tiny file with one key or tensor changed (or dropped).
 std::string edited(const std::string& name, const std::string& drop_key, const std::string& drop_tensor,
                    const std::string& set_key = "", uint32_t set_value = 0, const std::string& reshape = "") {
@@ -306,85 +256,4 @@ TEST(Mamba2, ChatSessionFileResumesTheState) {
   const auto together = run_command(chat, "Once upon a time\nThe dog ran\n");
   ASSERT_EQ(together.exit_code, 0) << together.err;
   EXPECT_EQ(first.out + second.out, together.out);
-}
-
-namespace {
-
-std::string engine_text(BatchEngine& engine, const std::vector<int32_t>& prompt, int32_t n, int32_t* cached = nullptr) {
-  CompletionRequest r;
-  r.prompt = prompt;
-  r.max_tokens = n;
-  r.sampling = greedy();
-  std::shared_ptr<CompletionStream> stream = engine.submit(r);
-  std::string text;
-  CompletionEvent e;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!stream->next(e, std::chrono::milliseconds(100))) continue;
-    text += e.text;
-    if (e.done) {
-      if (cached) *cached = e.cached_tokens;
-      return text;
-    }
-  }
-  ADD_FAILURE() << "stream did not end within 60 s";
-  return text;
-}
-
-}  // namespace
-
-// kiln serve's engine: concurrent requests each scan their own state in the shared
-// batches; a request extending an earlier one's prompt continues from the checkpoint the
-// engine took after that prompt, and a prefix-cache hit that would need the state cut back
-// further recomputes (cached_tokens says 0) rather than skipping tokens; every text is
-// the one alone.
-TEST(Mamba2, ServerSlotsKeepEachRequestsState) {
-  const std::vector<int32_t> a = tokens(14, 9), b = tokens(9, 10);
-  const std::string want_a = fresh_reply(a, 10), want_b = fresh_reply(b, 10);
-  Session session(tiny(), params(KvLayout::paged, 64));
-  BatchEngine engine(session, tiny().tokenizer(), {.n_parallel = 2});
-  std::string got_b;
-  std::thread other([&] { got_b = engine_text(engine, b, 10); });
-  EXPECT_EQ(engine_text(engine, a, 10), want_a);
-  other.join();
-  EXPECT_EQ(got_b, want_b);
-  int32_t cached = -1;
-  const std::vector<int32_t> longer = concat(a, tokens(5, 12));
-  EXPECT_EQ(engine_text(engine, longer, 10, &cached), fresh_reply(longer, 10)) << "a's prompt extended";
-  EXPECT_EQ(cached, int32_t(a.size())) << "from the checkpoint after a's prompt";
-  EXPECT_EQ(engine_text(engine, a, 10, &cached), want_a) << "the same prompt again";
-  EXPECT_EQ(cached, 0) << "one token short of a's prompt: before every checkpoint";
-}
-
-// Speculative decoding: the verification's refused drafts are undone by going back to the
-// checkpoint before it and re-running the accepted tokens. Greedy output is the plain
-// output, with a draft that agrees (the model itself), one that mostly does not (another
-// seed) and n-grams.
-TEST(Mamba2, SpeculativeDecodingKeepsTheGreedyOutput) {
-  const std::string other = temp_dir() + "/mamba2-tiny-seed8.gguf";
-  gen::build_model(gen::peaky_options("mamba2-tiny", 8, true), *gguf::File::open(shared_path("vocab/ggml-vocab-gpt-neox.gguf")))
-      .write(other);
-  const std::unique_ptr<Model> other_model = Model::load(other);
-  const std::vector<int32_t> prompt = tokens(10, 11);
-  const std::string want = fresh_reply(prompt, 24);
-  SpeculativeParams sp;
-  sp.draft_max = 4;
-  sp.adaptive = false;
-  const Model* drafts[] = {&tiny(), other_model.get(), nullptr};
-  for (const Model* draft : drafts) {
-    SCOPED_TRACE(draft == &tiny() ? "self draft" : draft ? "other seed" : "n-grams");
-    Session s(tiny(), params());
-    Session draft_session(draft ? *draft : tiny(), params());
-    const std::unique_ptr<Drafter> drafter =
-        draft ? make_model_drafter(draft_session, greedy(), 0.0f) : make_ngram_drafter(2);
-    Sampler sampler(greedy(), tiny().config().n_vocab);
-    Generator g(s, tiny().tokenizer(), sampler);
-    g.set_speculative(drafter.get(), sp);
-    std::string got;
-    const GenerationStats st = g.generate(prompt, 24, [&](std::string_view piece) { got.append(piece); });
-    EXPECT_EQ(got, want);
-    if (draft) EXPECT_GT(st.spec.n_drafted, 0);
-    if (draft == &tiny()) EXPECT_EQ(st.spec.n_accepted, st.spec.n_drafted);
-    if (draft == other_model.get()) EXPECT_LT(st.spec.n_accepted, st.spec.n_drafted) << "some drafts refused";
-  }
 }

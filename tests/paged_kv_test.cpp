@@ -331,16 +331,6 @@ TEST(PagedSession, ContiguousRefusesSequencesAndPagedRefusesBadCalls) {
   EXPECT_THROW(paged.truncate_sequence(0, 4), Error);
   EXPECT_THROW(paged.truncate_sequence(5, 0), Error);
   EXPECT_EQ(paged.n_past(), 3) << "refused calls change nothing";
-
-  SessionParams swa = params(KvLayout::paged, TensorType::F16, FlashAttention::automatic);
-  swa.swa_window = 64;
-  try {
-    Session refused(stories(), swa);
-    ADD_FAILURE() << "sliding-window layers on the paged layout should be refused at construction";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--kv-layout paged does not support sliding-window layers"), std::string::npos)
-        << e.what();
-  }
 }
 
 // Memory with sharing, in blocks of 16: a 50-token prompt (3 full blocks + 2 tokens),

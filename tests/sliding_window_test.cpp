@@ -26,7 +26,7 @@ using test::long_tokens;
 
 struct Opts {
   int32_t window = 48, pattern = -1;
-  bool full = false;
+  bool full = false, paged = false;
   FlashAttention fa = FlashAttention::off;
   int32_t n_batch = 512, n_threads = 2, n_ctx = 1024;
   TensorType kv = TensorType::F32;
@@ -42,6 +42,7 @@ SessionParams params(const Opts& o) {
   p.swa_window = o.window;
   p.swa_pattern = o.pattern;
   p.swa_full = o.full;
+  if (o.paged) p.kv_layout = KvLayout::paged, p.kv_block = 16;
   return p;
 }
 
@@ -197,6 +198,47 @@ TEST(SlidingWindow, RingEqualsMaskedFullCache) {
         Session s(stories(), params(ring));
         EXPECT_LT(s.kv_cache_bytes(), Session(stories(), params(full)).kv_cache_bytes());
       }
+    }
+  }
+}
+
+// The paged layout has no rings: a window is a mask over every position it holds. It gives
+// the full-size cache's logits whatever the batch, and sequences forked from a shared
+// prompt and decoded side by side give what each gives alone.
+TEST(SlidingWindow, PagedMasksLikeTheFullCache) {
+  const auto& tokens = long_tokens();
+  const size_t n_vocab = stories().config().n_vocab;
+  for (FlashAttention fa : {FlashAttention::off, FlashAttention::on}) {
+    Opts full;
+    full.pattern = 2, full.fa = fa, full.full = true;
+    const auto want = logits(stories(), params(full), tokens, false);
+    for (int32_t n_batch : {512, 7, 1}) {
+      SCOPED_TRACE(std::string(fa == FlashAttention::on ? "tiled" : "direct") + " n_batch " + std::to_string(n_batch));
+      Opts paged = full;
+      paged.full = false, paged.paged = true, paged.n_batch = n_batch;
+      EXPECT_LT(worst_nmse(logits(stories(), params(paged), tokens, n_batch == 1), want, n_vocab), 1e-10);
+    }
+    // Two forks of a 40-token prompt (shared blocks), each continued by its own tokens
+    // past the window of 48, decoded in parallel steps.
+    Opts paged = full;
+    paged.full = false, paged.paged = true;
+    Session s(stories(), params(paged));
+    const size_t prompt = 40, steps = 30;
+    s.decode(std::span(tokens.data(), prompt));
+    const int32_t other = s.fork_sequence(0);
+    const int32_t seqs[2] = {0, other};
+    std::vector<float> got[2];
+    for (size_t i = 0; i < steps; ++i) {
+      const int32_t step[2] = {tokens[prompt + i], tokens[prompt + steps + i]};
+      const auto rows = s.decode_parallel(seqs, step);
+      for (int k = 0; k < 2; ++k) got[k].insert(got[k].end(), rows.begin() + ptrdiff_t(k * n_vocab), rows.begin() + ptrdiff_t((k + 1) * n_vocab));
+    }
+    for (int k = 0; k < 2; ++k) {
+      std::vector<int32_t> alone(tokens.begin(), tokens.begin() + ptrdiff_t(prompt));
+      alone.insert(alone.end(), tokens.begin() + ptrdiff_t(prompt + k * steps), tokens.begin() + ptrdiff_t(prompt + (k + 1) * steps));
+      const auto all = logits(stories(), params(full), alone, false);
+      const std::vector<float> tail(all.end() - ptrdiff_t(steps * n_vocab), all.end());
+      EXPECT_LT(worst_nmse(got[k], tail, n_vocab), 1e-10) << "sequence " << k;
     }
   }
 }

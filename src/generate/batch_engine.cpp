@@ -141,6 +141,9 @@ void BatchEngine::Impl::step() {
     budget -= int32_t(n);
   }
 
+  // Recurrent layers: a verification that refuses drafts goes back to the state before it.
+  for (const Session::BatchPart& part : parts)
+    if (part.all_logits) session.checkpoint(part.seq);
   const auto t0 = std::chrono::steady_clock::now();
   std::span<const float> logits;
   try {
@@ -172,6 +175,12 @@ void BatchEngine::Impl::step() {
       if (r.controller) r.controller->plain_step(seconds * 1e3);
       sample(r, rows);
     }
+  }
+  try {
+    rerun_refused();
+  } catch (const std::exception& e) {
+    for (size_t i = running.size(); i-- > 0;) finish(i, FinishReason::error, e.what());
+    return;
   }
   if (n_decoded > 0 && seconds > 0) {
     std::lock_guard lock(mu);

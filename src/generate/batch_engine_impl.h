@@ -68,6 +68,7 @@ struct BatchEngine::Impl {
     Draft draft;
     std::vector<int32_t> step;
     int32_t requested = 0;  // draft tokens asked for this step
+    int32_t rerun_to = -1;  // recurrent layers: history up to here runs again (rerun_refused)
 
     Request(CompletionRequest r, std::shared_ptr<batch_engine_detail::Stream> s, int32_t n_vocab, const Tokenizer& tok)
         : req(std::move(r)), stream(std::move(s)), sampler(req.sampling, n_vocab), detok(tok) {}
@@ -114,6 +115,7 @@ struct BatchEngine::Impl {
   int32_t draft(Request& r, int32_t room);
   void verify(Request& r, std::span<const float> rows, double step_ms);
   void start_drafting(Request& r);
+  void rerun_refused();
   void send(Request& r, bool last);
   void finish(size_t i, FinishReason why, const std::string& error = {});
   void refresh_kv_counters();

@@ -13,10 +13,6 @@ void BatchEngine::Impl::start_drafting(Request& r) {
   const SpeculativeParams spec = r.req.speculative.value_or(params.spec);
   if (params.spec_type == SpecType::none || spec.draft_max < 1) return;
   validate(spec);
-  // A refused draft would need the recurrent state put back and the accepted tokens run
-  // again (as Generator does); verify() only truncates.
-  if (session.recurrent_state_bytes() > 0)
-    throw Error("speculative decoding does not support models with recurrent (SSM) layers yet");
   if (params.spec_type == SpecType::ngram) r.drafter = make_ngram_drafter(spec.ngram_n);
   else r.drafter = make_model_drafter(*params.draft_session, r.req.sampling, spec.draft_p_min, /*own_sequence=*/true);
   r.controller = std::make_unique<SpecController>(spec);
@@ -60,11 +56,29 @@ void BatchEngine::Impl::verify(Request& r, std::span<const float> rows, double s
     }
     break;
   }
-  session.truncate_sequence(r.seq, base + 1 + accepted - (last_is_draft ? 1 : 0));
+  const int32_t kept = base + 1 + accepted - (last_is_draft ? 1 : 0);
+  session.truncate_sequence(r.seq, kept);
+  // Recurrent layers went back to the checkpoint taken before this step: the accepted
+  // tokens run again after the step (rerun_refused), not now, while `rows` still lives.
+  if (session.n_past(r.seq) < kept) r.rerun_to = kept;
   r.controller->verified(m + 1, step_ms, r.requested, accepted);
   std::lock_guard lock(mu);
   counters.draft_tokens_total += uint64_t(m);
   counters.draft_accepted_total += uint64_t(accepted);
+}
+
+// One more pass for the requests whose verification sent a recurrent state back to its
+// checkpoint: their accepted tokens, all in one batch (no logits needed: each request's
+// next token was chosen by the verification).
+void BatchEngine::Impl::rerun_refused() {
+  std::vector<Session::BatchPart> parts;
+  for (const std::unique_ptr<Request>& r : running) {
+    if (r->rerun_to < 0) continue;
+    const int32_t from = session.n_past(r->seq);
+    parts.push_back({r->seq, std::span<const int32_t>(&r->history[size_t(from)], size_t(r->rerun_to - from))});
+    r->rerun_to = -1;
+  }
+  if (!parts.empty()) session.decode_batch(parts);
 }
 
 }  // namespace kiln

@@ -87,8 +87,8 @@ class ModelDrafter final : public Drafter {
     if (history.empty() || int64_t(history.size()) + max_tokens > session_.n_ctx()) return;
     std::span<const float> logits = catch_up(history, /*redo_last=*/true);
     // A recurrent draft model goes back here when the target refuses some of the drafts
-    // (Session::checkpoint; sequence 0's only: other sequences recompute).
-    if (seq_ == 0) session_.checkpoint();
+    // (Session::checkpoint), and runs the accepted ones again.
+    session_.checkpoint(seq_);
     out.n_steps = 1;
     for (int32_t i = 0; i < max_tokens; ++i) {
       int32_t token;

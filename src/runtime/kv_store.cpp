@@ -223,9 +223,9 @@ KvMemory PagedKvStore::memory() const {
 std::unique_ptr<KvStore> make_kv_store(KvLayout layout, const KvCache::Shape& s, const std::vector<uint32_t>& windows,
                                        size_t block) {
   if (layout == KvLayout::contiguous) return std::make_unique<ContiguousKvStore>(s, windows);
-  if (std::any_of(windows.begin(), windows.end(), [](uint32_t w) { return w > 0; }))
-    throw Error("--kv-layout paged does not support sliding-window layers (" + describe_windows(windows) +
-                "; use --kv-layout contiguous)");
+  // Sliding-window layers hold every position here (attention masks what a window does
+  // not reach): blocks are shared by all layers, so a window's old positions could only
+  // be freed where every layer slides.
   return std::make_unique<PagedKvStore>(s, block);
 }
 

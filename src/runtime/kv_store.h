@@ -6,7 +6,8 @@
 //   contiguous  KvCache: one preallocated run of n_ctx positions per layer (rings for
 //               sliding-window layers), one sequence (0); fork refuses.
 //   paged       PagedKv: blocks of positions taken on demand through a block table per
-//               sequence, shared by forks (copy-on-write); no sliding-window rings.
+//               sequence, shared by forks (copy-on-write); no sliding-window rings (a
+//               window is a mask over every position held, as with --swa-full).
 //
 // Why an abstract class and not a variant: the callers (Session, Attention, the score
 // pass) then hold one reference and never switch on the layout, and a third layout (a
@@ -120,9 +121,9 @@ class KvStore {
   Format f_;
 };
 
-// The session's cache: KvCache.Shape `s` (rings where `windows` slide) in `layout`, with
-// paged blocks of `block` positions. Throws kiln::Error (one line) for a combination the
-// layout cannot hold: sliding-window layers on the paged layout.
+// The session's cache: KvCache.Shape `s` (contiguous: rings where `windows` slide) in
+// `layout`, with paged blocks of `block` positions (sliding-window layers keep every
+// position there, as with --swa-full: the window is attention's mask).
 std::unique_ptr<KvStore> make_kv_store(KvLayout layout, const KvCache::Shape& s, const std::vector<uint32_t>& windows,
                                        size_t block);
 

@@ -68,7 +68,9 @@ KvCache::Shape kv_shape(const ModelConfig& c, const SessionParams& p, const std:
   const size_t n_attn = attention_layers(c);
   KvCache::Shape s{n_attn, size_t(n_ctx), n_attn ? size_t(c.n_kv_heads) * c.head_dim : 0, n_attn ? c.head_dim : 1,
                    p.kv_type_k, p.kv_type_v, KvCache::is_one_value(p.kv_type_v),
-                   n_attn ? layer_capacities(windows, size_t(n_ctx), size_t(batch_size(p, n_ctx)), p.swa_full)
+                   // Paged blocks have no rings: a window is then a mask over every position held.
+                   n_attn ? layer_capacities(windows, size_t(n_ctx), size_t(batch_size(p, n_ctx)),
+                                             p.swa_full || p.kv_layout == KvLayout::paged)
                           : std::vector<size_t>{}};
   use_flash(c, p);  // refuses what only tiled attention could run, with -fa off
   KvCache::check(s);
