@@ -8,15 +8,12 @@
 #include "kiln/error.h"
 #include "kiln/session_file.h"
 #include "util/json_number.h"
+#include "util/ms_since.h"
 
 namespace kiln::cli {
 namespace {
 
 using nlohmann::ordered_json;
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 double per_second(int32_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
 

@@ -4,16 +4,9 @@
 #include <cmath>
 
 #include "kiln/error.h"
+#include "util/ms_since.h"
 
 namespace kiln {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 const char* stop_reason_name(StopReason r) {
   switch (r) {
     case StopReason::none: return "none";

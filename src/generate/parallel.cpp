@@ -5,16 +5,9 @@
 #include <cmath>
 
 #include "kiln/error.h"
+#include "util/ms_since.h"
 
 namespace kiln {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 ParallelResult generate_parallel(Session& session, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                                  const ParallelParams& p) {
   const int32_t n = p.n_seq;

@@ -12,15 +12,6 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void bad(const std::string& field, const std::string& message) {
-  throw ApiError(400, message, "invalid_request_error", field);
-}
-
-const json* member(const json& o, const char* key) {
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
 // stream defaults to true in ollama.
 bool read_stream(const json& body) {
   const json* s = member(body, "stream");

@@ -10,10 +10,6 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-[[noreturn]] void bad(const std::string& field, const std::string& message) {
-  throw ApiError(400, message, "invalid_request_error", field);
-}
-
 // json_number's helpers throw kiln::Error naming the field; the response wants a 400 with
 // the field as param.
 template <typename F>
@@ -25,11 +21,6 @@ auto field_check(const std::string& field, F&& f) {
   } catch (const Error& e) {
     bad(field, e.what());
   }
-}
-
-const json* member(const json& o, const char* key) {
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
 }
 
 bool read_bool(const json& o, const char* key, bool fallback, const std::string& prefix) {

@@ -31,6 +31,16 @@ class ApiError : public Error {
   std::string type_, param_;
 };
 
+// The request parsers' two primitives (OpenAI's and ollama's bodies): a 400 naming the
+// field, and an object's member where a JSON null counts as absent.
+[[noreturn]] inline void bad(const std::string& field, const std::string& message) {
+  throw ApiError(400, message, "invalid_request_error", field);
+}
+inline const json* member(const json& o, const char* key) {
+  const auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
 // {"error": {"message", "type", "param", "code"}}: code is the status as a number, as
 // llama-server sends it; param the field at fault (null when none).
 json error_json(int status, const std::string& message, const std::string& type, const std::string& param = "");

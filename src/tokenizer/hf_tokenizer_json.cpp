@@ -13,6 +13,7 @@
 #include "tokenizer/hf_json_reader.h"
 #include "util/json_number.h"
 #include "tokenizer/vocab_gguf.h"
+#include "util/read_whole_file.h"
 
 namespace kiln {
 namespace {
@@ -24,19 +25,9 @@ struct Context {
   [[noreturn]] void fail(const std::string& what) const { throw Error(path + ": " + what); }
 };
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error(path + ": cannot open tokenizer file");
-  // One read into a string of the right size: these files reach tens of megabytes.
-  std::string bytes((size_t)in.tellg(), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), (std::streamsize)bytes.size())) throw Error(path + ": cannot read tokenizer file");
-  return bytes;
-}
-
 json parse_json(const std::string& path) {
   try {
-    return json::parse(read_all(path));
+    return json::parse(read_whole_file(path, "tokenizer file"));
   } catch (const json::exception& e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
@@ -137,7 +128,7 @@ std::string config_token(const json& v) {
 
 std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   const Context cx{path};
-  HfJsonDocument doc = read_hf_json(read_all(path), path);
+  HfJsonDocument doc = read_hf_json(read_whole_file(path, "tokenizer file"), path);
   const json& j = doc.rest;
   if (!j.is_object() || !j.contains("model")) cx.fail("no \"model\" object: not a tokenizer.json");
   const json& m = j.at("model");

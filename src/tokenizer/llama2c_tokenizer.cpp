@@ -9,6 +9,7 @@
 #include "kiln/error.h"
 #include "kiln/tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "util/read_whole_file.h"
 
 namespace kiln {
 namespace {
@@ -41,14 +42,6 @@ bool parse(const std::string& bytes, std::vector<Entry>& out) {
   return !out.empty();
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open tokenizer file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool is_byte_piece(const std::string& p) {
   return p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>';
 }
@@ -57,7 +50,7 @@ bool is_byte_piece(const std::string& p) {
 
 std::unique_ptr<Tokenizer> Tokenizer::from_llama2c_file(const std::string& path) {
   std::vector<Entry> entries;
-  if (!parse(read_all(path), entries)) throw Error(path + ": not a llama2.c tokenizer.bin");
+  if (!parse(read_whole_file(path, "tokenizer file"), entries)) throw Error(path + ": not a llama2.c tokenizer.bin");
   Vocab v;
   v.model = "llama";
   v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;  // llama2.c's fixed ids
@@ -98,7 +91,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
     if (in && c == '{') return from_hf_json(path);
   }
   std::vector<Entry> entries;
-  if (parse(read_all(path), entries)) return from_llama2c_file(path);
+  if (parse(read_whole_file(path, "tokenizer file"), entries)) return from_llama2c_file(path);
   return from_spm_file(path);
 }
 
