@@ -177,9 +177,10 @@ INSTANTIATE_TEST_SUITE_P(Presets, Stories260K, testing::ValuesIn(kKPresets), pre
 struct Family {
   const char* name;
   const char* tiny_shape;
-  uint32_t n_heads, n_kv_heads, ffn_dim;
+  uint32_t n_heads, n_kv_heads, ffn_dim;  // 0: the tiny shape's (mamba2 has no attention or FFN)
   bool tied;
   uint32_t n_experts = 0;
+  bool every_preset = false;  // the tables of the recurrent families and gpt-oss have all fifteen
 };
 constexpr Family kFamilies[] = {
     {"qwen2", "qwen2-tiny", 4, 1, 256, false},  {"qwen3", "qwen3-tiny", 8, 4, 256, true},
@@ -187,6 +188,9 @@ constexpr Family kFamilies[] = {
     {"gemma3", "gemma3-tiny", 8, 4, 256, true}, {"phi3", "phi3-tiny", 4, 4, 256, false},
     {"mpt", "mpt-tiny", 4, 4, 256, true},       {"qwen3moe", "qwen3moe-tiny", 8, 4, 256, true, 4},
     {"mixtral", "mixtral-tiny", 4, 1, 256, false, 8},
+    {"gpt-oss", "gpt-oss-tiny", 8, 2, 256, false, 4, true},
+    {"mamba2", "mamba2-tiny", 0, 0, 0, true, 0, true},
+    {"granitehybrid", "granitehybrid-tiny", 8, 2, 256, false, 4, true},
 };
 
 Input family_model(const Family& f) {
@@ -195,9 +199,14 @@ Input family_model(const Family& f) {
   o.shape.name = std::string("quant-") + f.name;
   o.shape.dim = 256;
   o.shape.n_layers = 16;
-  o.shape.n_heads = f.n_heads;
-  o.shape.n_kv_heads = f.n_kv_heads;
-  o.shape.ffn_dim = f.ffn_dim;
+  if (f.n_heads) {
+    o.shape.n_heads = f.n_heads;
+    o.shape.n_kv_heads = f.n_kv_heads;
+    o.shape.ffn_dim = f.ffn_dim;
+  }
+  // Attention on four of the sixteen layers, so the value projections' positions (counted
+  // over the attention layers) differ from their layer numbers.
+  if (std::string(f.name) == "granitehybrid") o.shape.attn_layers = {1, 4, 9, 14}, o.shape.shared_expert_ffn_dim = 512;
   if (f.n_experts) {
     o.shape.n_experts = f.n_experts;
     o.shape.n_experts_used = 2;
@@ -218,7 +227,7 @@ TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryPreset) {
   const Family& f = GetParam();
   const Table table = read_table(std::string("llama-quantize-") + f.name + ".tsv");
   std::vector<std::string> presets = kKPresets;
-  if (f.n_experts) {
+  if (f.n_experts || f.every_preset) {
     presets = k_and_legacy_presets();
     presets.push_back("MXFP4_MOE");
   }
@@ -227,7 +236,11 @@ TEST_P(Families, SameTypesAndBytesAsLlamaQuantizeForEveryPreset) {
   for (const std::string& preset : table.presets) expect_like_llama_quantize(model, table, preset);
 }
 INSTANTIATE_TEST_SUITE_P(Presets, Families, testing::ValuesIn(kFamilies),
-                         [](const testing::TestParamInfo<Family>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<Family>& info) {
+                           std::string name = info.param.name;
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest names: letters, digits, _
+                           return name;
+                         });
 
 // ---------------------------------------------------------------- command line
 

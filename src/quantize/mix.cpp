@@ -184,6 +184,11 @@ constexpr ArchRule kArchRules[] = {
     {"gemma3", never_70b},
     {"phi3", never_70b},
     {"mpt", never_70b},
+    // The Mamba-2 projections (ssm_in, ssm_out) take the base type like any other matrix;
+    // a hybrid's value projections are counted over its attention layers only.
+    {"gpt-oss", never_70b},
+    {"mamba2", never_70b},
+    {"granitehybrid", never_70b},
 };
 
 const ArchRule* arch_rule(const std::string& arch) {
