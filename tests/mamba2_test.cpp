@@ -22,6 +22,7 @@
 #include "model_gen/generate_model.h"
 #include "sha256.h"
 #include "perplexity_reference.h"
+#include "recurrent_fixture.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -45,36 +46,13 @@ const Model& tiny() {
   return *m;
 }
 
-SessionParams params(KvLayout layout = KvLayout::contiguous, int32_t n_batch = 512) {
-  SessionParams p;
-  p.n_ctx = 128, p.n_batch = n_batch, p.n_threads = 2, p.kv_layout = layout;
-  return p;
-}
-
-std::vector<int32_t> tokens(size_t n, int32_t seed = 1) {
-  std::vector<int32_t> t;
-  for (size_t i = 0; i < n; ++i) t.push_back(int32_t((seed * 7919 + i * 104729) % 50000));
-  return t;
-}
-
-std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+SessionParams params(KvLayout layout = KvLayout::contiguous, int32_t n_batch = 512) { return recurrent_params(layout, n_batch); }
+std::vector<int32_t> tokens(size_t n, int32_t seed = 1) { return spread_tokens(n, seed); }
 
 // The logits of the last of `t` in a fresh session: what any continuation must equal.
 std::vector<float> fresh(const std::vector<int32_t>& t) {
   Session s(tiny(), params());
   return copy(s.decode(t));
-}
-
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-  EXPECT_LT(worst, 1e-4) << what;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "kiln/session.h"
 #include "kiln/speculative.h"
 #include "model_gen/generate_model.h"
+#include "recurrent_fixture.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -41,11 +42,7 @@ std::unique_ptr<Model> load(const Family& f, uint64_t seed) {
   return Model::load(path);
 }
 
-SessionParams params(KvLayout layout = KvLayout::contiguous, int32_t n_batch = 512) {
-  SessionParams p;
-  p.n_ctx = 128, p.n_batch = n_batch, p.n_threads = 2, p.kv_layout = layout;
-  return p;
-}
+SessionParams params(KvLayout layout = KvLayout::contiguous, int32_t n_batch = 512) { return test::recurrent_params(layout, n_batch); }
 
 SamplerParams greedy() {
   SamplerParams p;
@@ -53,16 +50,8 @@ SamplerParams greedy() {
   return p;
 }
 
-std::vector<int32_t> tokens(size_t n, int32_t seed) {
-  std::vector<int32_t> t;
-  for (size_t i = 0; i < n; ++i) t.push_back(int32_t((seed * 7919 + i * 104729) % 50000));
-  return t;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+std::vector<int32_t> tokens(size_t n, int32_t seed) { return test::spread_tokens(n, seed); }
+using test::concat;
 
 class Recurrent : public ::testing::TestWithParam<Family> {
  protected:
