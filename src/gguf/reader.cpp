@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -156,6 +157,37 @@ Value read_value(Cursor& cur, ValueType type, const std::string& what, int depth
 
 void File::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
 
+namespace {
+
+// Maps the file read-only at an address aligned to 2 MiB, asking for huge pages. Where the
+// filesystem keeps large folios in the page cache (ext4, XFS on recent kernels) the
+// weights are then mapped 2 MiB at a time: a matvec streaming a mixture of experts'
+// scattered expert matrices (a few hundred KiB each) no longer walks the page tables every
+// 4 KiB. Elsewhere the advice does nothing. MAP_FAILED on failure, as mmap.
+void* map_on_huge_pages(int fd, size_t size) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  void* area = mmap(nullptr, size + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(area), end = start + size + kHuge;
+  const uintptr_t aligned = (start + kHuge - 1) & ~uintptr_t(kHuge - 1);
+  void* map = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+  if (map == MAP_FAILED) {
+    munmap(area, size + kHuge);
+    return map;
+  }
+  // The reservation around the mapping is given back.
+  if (aligned > start) munmap(area, aligned - start);
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t map_end = (aligned + size + page - 1) & ~(page - 1);
+  if (end > map_end) munmap(reinterpret_cast<void*>(map_end), end - map_end);
+#ifdef MADV_HUGEPAGE
+  madvise(map, size, MADV_HUGEPAGE);
+#endif
+  return map;
+}
+
+}  // namespace
+
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> file(new File());
   file->path_ = path;
@@ -173,7 +205,7 @@ std::unique_ptr<File> File::open(const std::string& path) {
     ::close(fd);
     file->fail("file is " + std::to_string(file->size_) + " bytes, too small to be GGUF (truncated?)");
   }
-  void* map = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* map = map_on_huge_pages(fd, file->size_);
   ::close(fd);
   if (map == MAP_FAILED) file->fail(std::string("mmap failed: ") + std::strerror(errno));
   file->base_ = static_cast<const uint8_t*>(map);
