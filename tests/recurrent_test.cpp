@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,16 @@ SamplerParams greedy() {
 
 std::vector<int32_t> tokens(size_t n, int32_t seed) { return test::spread_tokens(n, seed); }
 using test::concat;
+
+// Two requests in one engine at once (two slots): their texts, a's and b's.
+std::pair<std::string, std::string> texts_together(BatchEngine& engine, const std::vector<int32_t>& a,
+                                                   const std::vector<int32_t>& b, int32_t n) {
+  std::string got_b;
+  std::thread other([&] { got_b = engine_text(engine, b, n); });
+  std::string got_a = engine_text(engine, a, n);
+  other.join();
+  return {got_a, got_b};
+}
 
 class Recurrent : public ::testing::TestWithParam<Family> {
  protected:
@@ -147,11 +158,7 @@ TEST_P(Recurrent, ServerSlotsKeepEachRequestsState) {
   BatchEngine::Params bp;
   bp.n_parallel = 2;
   BatchEngine engine(session, tiny().tokenizer(), bp);
-  std::string got_b;
-  std::thread other([&] { got_b = engine_text(engine, b, 10); });
-  EXPECT_EQ(engine_text(engine, a, 10), want_a);
-  other.join();
-  EXPECT_EQ(got_b, want_b);
+  EXPECT_EQ(texts_together(engine, a, b, 10), std::make_pair(want_a, want_b));
   int32_t cached = -1;
   const std::vector<int32_t> longer = concat(a, tokens(5, 12));
   EXPECT_EQ(engine_text(engine, longer, 10, &cached), fresh_reply(longer, 10)) << "a's prompt extended";
@@ -181,11 +188,7 @@ TEST_P(Recurrent, ServerSpeculativeDecodingKeepsEachRequestsText) {
     bp.spec.ngram_n = 2;
     if (draft) bp.draft_session = &draft_session;
     BatchEngine engine(session, tiny().tokenizer(), bp);
-    std::string got_b;
-    std::thread second([&] { got_b = engine_text(engine, b, 20); });
-    EXPECT_EQ(engine_text(engine, a, 20), want_a);
-    second.join();
-    EXPECT_EQ(got_b, want_b);
+    EXPECT_EQ(texts_together(engine, a, b, 20), std::make_pair(want_a, want_b));
     const BatchEngineMetrics m = engine.metrics();
     if (draft) {
       EXPECT_GT(m.draft_tokens_total, 0u);

@@ -24,6 +24,7 @@
 #include "kiln/gguf.h"
 #include "runtime/rope.h"
 #include "runtime/sliding_window.h"
+#include "util/ms_since.h"
 
 namespace kiln::cli {
 namespace {
@@ -291,7 +292,7 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack, const st
     model = Model::load(path, params);
     if (!tokenizer_file.empty()) model->replace_tokenizer(Tokenizer::from_file(tokenizer_file));
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = ms_since(t0);
   const ModelConfig& c = model->config();
   const std::string weights = model->packed_bytes() > 0
                                   ? "weights repacked (" + std::to_string(model->packed_bytes() >> 20) + " MiB)"

@@ -6,6 +6,7 @@
 
 #include "generate/batch_engine_impl.h"
 #include "kiln/error.h"
+#include "util/ms_since.h"
 
 namespace kiln {
 
@@ -29,8 +30,7 @@ int32_t BatchEngine::Impl::draft(Request& r, int32_t room) {
   if (r.requested == 0) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   r.drafter->draft(r.history, r.requested, r.req.sampling.temperature > 0, r.draft);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  r.controller->drafted(r.requested, int32_t(r.draft.tokens.size()), r.draft.n_steps, ms);
+  r.controller->drafted(r.requested, int32_t(r.draft.tokens.size()), r.draft.n_steps, ms_since(t0));
   if (int32_t(r.draft.tokens.size()) < r.draft_min) r.draft.clear();
   r.step.insert(r.step.end(), r.draft.tokens.begin(), r.draft.tokens.end());
   return r.requested;

@@ -29,15 +29,14 @@ void conv_silu(float* rows, size_t ld, size_t n, size_t c0, size_t c1, const flo
     for (size_t j = 0; j < width; ++j)
       for (size_t k = 0; k < k_prev; ++k) ring[k * kBlock + j] = state[(b0 + j) * k_prev + k];
     size_t oldest = 0;  // the ring row holding the oldest input
+    // Ring row of the k-th oldest input.
+    const auto slot = [&](size_t k) { return oldest + k < k_prev ? oldest + k : oldest + k - k_prev; };
     for (size_t t = 0; t < n; ++t) {
       float* v = rows + t * ld + b0;
       for (size_t j = 0; j < width; ++j) {
         const float* wc = w + (b0 + j) * d_conv;
         float sum = 0.0f;
-        for (size_t k = 0; k < k_prev; ++k) {
-          const size_t slot = oldest + k < k_prev ? oldest + k : oldest + k - k_prev;
-          sum += wc[k] * ring[slot * kBlock + j];
-        }
+        for (size_t k = 0; k < k_prev; ++k) sum += wc[k] * ring[slot(k) * kBlock + j];
         const float input = v[j];
         sum += wc[k_prev] * input;
         if (k_prev > 0) ring[oldest * kBlock + j] = input;  // the oldest is no longer needed
@@ -46,10 +45,7 @@ void conv_silu(float* rows, size_t ld, size_t n, size_t c0, size_t c1, const flo
       if (k_prev > 0) oldest = oldest + 1 < k_prev ? oldest + 1 : 0;
     }
     for (size_t j = 0; j < width; ++j)
-      for (size_t k = 0; k < k_prev; ++k) {
-        const size_t slot = oldest + k < k_prev ? oldest + k : oldest + k - k_prev;
-        state[(b0 + j) * k_prev + k] = ring[slot * kBlock + j];
-      }
+      for (size_t k = 0; k < k_prev; ++k) state[(b0 + j) * k_prev + k] = ring[slot(k) * kBlock + j];
   }
 }
 

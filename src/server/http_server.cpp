@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "server/routes.h"
+#include "util/ms_since.h"
 
 namespace kiln::server {
 
@@ -207,8 +208,7 @@ HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) 
       ++state.responses[route_label(req.path) + " " + std::to_string(res.status)];
     }
     if (!opts.access_log) return;
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start).count();
-    spdlog::info("{} {} {} {} {:.1f} ms", req.remote_addr, req.method, req.path, res.status, ms);
+    spdlog::info("{} {} {} {} {:.1f} ms", req.remote_addr, req.method, req.path, res.status, ms_since(request_start));
   });
 
   register_info_routes(svr, state);
