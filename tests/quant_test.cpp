@@ -617,6 +617,25 @@ TEST(QuantHandBuilt, KQuantsRandomBlocks) {
   }
 }
 
+// The word-at-a-time unpack of all eight Q4_K/Q5_K scales and mins gives what the
+// per-sub-block rule gives, on every value of each byte position's bits (random arrays
+// plus all-zeros and all-ones).
+TEST(QuantHandBuilt, AllScalesAndMinsOfAK4ArrayAtOnce) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int round = 0; round < 4096; ++round) {
+    uint8_t scales[12];
+    for (uint8_t& b : scales) b = static_cast<uint8_t>(round == 0 ? 0 : round == 1 ? 255 : byte(rng));
+    const ref::ScalesMinsK4 all = ref::unpack_scales_mins_k4(scales);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      ref::unpack_scale_min_k4(scales, j, &sc, &m);
+      ASSERT_EQ(sc, uint8_t(all.sc >> (8 * j))) << "round " << round << " sub-block " << j;
+      ASSERT_EQ(m, uint8_t(all.m >> (8 * j))) << "round " << round << " sub-block " << j;
+    }
+  }
+}
+
 // Byte literals worked out on paper, so a shared misreading of the layout between the
 // builders above and the code would still show.
 TEST(QuantHandBuilt, KQuantSpotValues) {

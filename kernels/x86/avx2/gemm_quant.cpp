@@ -92,13 +92,12 @@ inline void row_acc_q4_k(const uint8_t* w, const Act* x, size_t n_blocks, __m256
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const auto* b = reinterpret_cast<const block_q4_K*>(w) + sb;
     x86::prefetch_ahead(reinterpret_cast<const uint8_t*>(b), sizeof(block_q4_K), end);
-    alignas(8) uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(b->scales, j, &sc[j], &m[j]);
-    const auto widen = [](const uint8_t* v) {
-      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+    const ref::ScalesMinsK4 sm = ref::unpack_scales_mins_k4(b->scales);
+    const auto widen = [](uint64_t bytes8) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes8))));
     };
-    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b->d)), widen(sc));
-    const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b->dmin)), widen(m));
+    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b->d)), widen(sm.sc));
+    const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b->dmin)), widen(sm.m));
     __m256i wv[8];
     for (int p = 0; p < 4; ++p) {
       const __m256i bytes = load32(b->qs + 32 * p);

@@ -160,6 +160,60 @@ struct PairPick {
   const __m512i& operator[](int p) const { return idx[p]; }
 };
 
+// Q4_K and MXFP4 read their activations block-interleaved: in every run of 8 whole
+// blocks (256 elements) 64-byte vector v holds elements 8v..8v+7 of each block in turn,
+// so lanes 2s and 2s+1 of all four vectors belong to block s. Their four vpdpbusd then
+// chain into one integer sum per block (exact) and take one scale multiply for 8 blocks
+// instead of one per pair, and their weights get the same order from a few qword
+// shuffles. Blocks past the last whole run stay in order (the pair loop reads them).
+template <TensorType T>
+inline constexpr bool kInterleaved = T == TensorType::Q4_K || T == TensorType::MXFP4;
+
+inline void interleave_blocks8(int8_t* q, size_t n_blocks) {
+  for (size_t run = 0; run + 8 <= n_blocks; run += 8) {
+    uint64_t in[32], out[32];
+    __builtin_memcpy(in, q + 32 * run, sizeof in);
+    for (int v = 0; v < 4; ++v)
+      for (int s = 0; s < 8; ++s) out[8 * v + s] = in[4 * s + v];
+    __builtin_memcpy(q + 32 * run, out, sizeof out);
+  }
+}
+
+// Lane l of a 16-lane vector takes value l / 2 of 8: block s's scale in lanes 2s, 2s+1.
+inline __m512i block_of_lane() { return _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); }
+
+// The interleaved sums of one run against activation row x (256 bytes): lanes 2s, 2s+1
+// hold block s's integer dot product, split in two.
+inline __m512i run_dot(const __m512i* wv, const int8_t* x) {
+  __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], _mm512_loadu_si512(x));
+  for (int v = 1; v < 4; ++v) sum = _mm512_dpbusd_epi32(sum, wv[v], _mm512_loadu_si512(x + 64 * v));
+  return sum;
+}
+
+// MXFP4 weights of 8 blocks in the interleaved order, as unsigned doubled values + 12.
+inline void mxfp4_run(const uint8_t* w8, __m512i* wv) {
+  constexpr int B = int(kBlockBytes<TensorType::MXFP4>);
+  const auto four = [](const uint8_t* blk) {  // 4 blocks' 16 code bytes as 128-bit lanes
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + B + 1)), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * B + 1)), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * B + 1)), 3);
+  };
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i z0 = four(w8), z1 = four(w8 + 4 * B);
+  // Low nibbles are elements 0..15 of their block, high nibbles 16..31.
+  const __m512i lo0 = _mm512_shuffle_epi8(table, _mm512_and_si512(z0, low4));
+  const __m512i hi0 = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4));
+  const __m512i lo1 = _mm512_shuffle_epi8(table, _mm512_and_si512(z1, low4));
+  const __m512i hi1 = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4));
+  const __m512i first8 = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), second8 = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+  wv[0] = _mm512_permutex2var_epi64(lo0, first8, lo1);
+  wv[1] = _mm512_permutex2var_epi64(lo0, second8, lo1);
+  wv[2] = _mm512_permutex2var_epi64(hi0, first8, hi1);
+  wv[3] = _mm512_permutex2var_epi64(hi0, second8, hi1);
+}
+
 // One weight row against NB quantized activation rows: each weight pair is unpacked once
 // and used NB times; every output keeps its own accumulator and sequence of operations,
 // identical for any NB.
@@ -174,6 +228,24 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   // gets exactly the operations of the pair loop below, so results do not change.
   const PairPick pick;
   size_t blk = 0;
+  if constexpr (T == TensorType::MXFP4) {  // interleaved: runs of 8 blocks first
+    const __m512i lane_block = block_of_lane();
+    for (; blk + 8 <= n_blocks; blk += 8) {
+      const uint8_t* w8 = w + blk * kBytes;
+      prefetch_ahead(w8, 8 * kBytes, end);
+      const __m256 dw = block_scales8<T>(w8);
+      __m512i wv[4];
+      mxfp4_run(w8, wv);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) {
+        const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk))));
+        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x5555, lane_block, _mm512_castsi256_si512(_mm256_mullo_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff))));
+        const __m512i sum = _mm512_sub_epi32(run_dot(wv, xq[j] + 32 * blk), corr);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
+      }
+    }
+  }
   for (; blk + 8 <= n_blocks; blk += 8) {
     const uint8_t* w8 = w + blk * kBytes;
     prefetch_ahead(w8, 8 * kBytes, end);
@@ -218,7 +290,8 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
 // of 32 with 6-bit scales sc and mins m, w = d * sc * q - dmin * m with q in 0..15, so
 // each sub-block contributes d * sc * dx * sum(q * xq) - dmin * m * dx * sum(xq). The
 // 32 bytes qs[32p..32p+31] hold sub-block 2p in their low nibbles and 2p+1 in their high
-// ones, which lines up with activation blocks 2p, 2p+1 for one vpdpbusd.
+// ones: qword v of them is elements 8v..8v+7 of both, which the interleaved order wants
+// in qwords 2p, 2p+1 of weight vector v.
 template <int NB>
 inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
                          const int32_t* const* xs, size_t n_blocks, __m512* acc, const uint8_t* end) {
@@ -226,33 +299,35 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
   __m256 mins[NB];
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps(), mins[j] = _mm256_setzero_ps();
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const PairPick pick;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i lane_block = block_of_lane();
+  const auto widen = [](uint64_t bytes8) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes8))));
+  };
   for (size_t sb = 0; sb < n_blocks / 8; ++sb) {
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
     prefetch_ahead(w + sb * kSuperBytes, kSuperBytes, end);
-    alignas(8) uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) ref::unpack_scale_min_k4(blk->scales, j, &sc[j], &m[j]);
-    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)),
-                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))));
-    const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->dmin)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)))));
-    __m512i wv[4];
-    for (int p = 0; p < 4; ++p) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * p));
-      const __m256i lo = _mm256_and_si256(bytes, mask), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
-      wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    }
+    const ref::ScalesMinsK4 sm = ref::unpack_scales_mins_k4(blk->scales);
+    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)), widen(sm.sc));
+    const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->dmin)), widen(sm.m));
+    // Raw qwords 4p + v (v = 0..3) of sub-blocks 0..3 and 4..7, split into nibbles; the
+    // unpacks pair each low qword with its high one, the lane shuffles pick v.
+    const __m512i z0 = _mm512_loadu_si512(blk->qs), z1 = _mm512_loadu_si512(blk->qs + 64);
+    const __m512i l0 = _mm512_and_si512(z0, low4), h0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+    const __m512i l1 = _mm512_and_si512(z1, low4), h1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+    const __m512i even0 = _mm512_unpacklo_epi64(l0, h0), odd0 = _mm512_unpackhi_epi64(l0, h0);
+    const __m512i even1 = _mm512_unpacklo_epi64(l1, h1), odd1 = _mm512_unpackhi_epi64(l1, h1);
+    const __m512i wv[4] = {_mm512_shuffle_i64x2(even0, even1, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_i64x2(odd0, odd1, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_i64x2(even0, even1, _MM_SHUFFLE(3, 1, 3, 1)),
+                           _mm512_shuffle_i64x2(odd0, odd1, _MM_SHUFFLE(3, 1, 3, 1))};
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       const __m256 dx = _mm256_loadu_ps(xd[j] + sb * 8);
       const __m256 sum_x = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + sb * 8)));
       mins[j] = _mm256_fmadd_ps(dmin_m, _mm256_mul_ps(dx, sum_x), mins[j]);
-      const __m512 scale8 = _mm512_castps256_ps512(_mm256_mul_ps(d_sc, dx));
-      for (int p = 0; p < 4; ++p) {
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[p], _mm512_loadu_si512(xq[j] + 32 * (sb * 8 + 2 * p)));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pick[p], scale8), acc[j]);
-      }
+      const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(d_sc, dx)));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_dot(wv, xq[j] + 256 * sb)), scale, acc[j]);
     }
   }
   // The mins' lanes join the sum's lower half, so one horizontal sum finishes the row
@@ -345,7 +420,10 @@ void gemm_quant_vnni(const GemmArgs& a) {
   const uint8_t* end = static_cast<const uint8_t*>(a.w) + a.r1 * w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
-    for (size_t b = 0; b < nb; ++b) Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+    for (size_t b = 0; b < nb; ++b) {
+      Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
+      if constexpr (kInterleaved<T>) interleave_blocks8(xq[b], n_blocks);
+    }
     // Activation rows b..b+3 as row_dot takes them, and one output from row b alone.
     struct Four {
       const int8_t* q[4];
