@@ -150,24 +150,15 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
   }
 }
 
-// Index vectors spreading 8 per-block values over pairs of blocks: for p = 0..3, lanes
-// 0..7 take block 2p's value and lanes 8..15 block 2p+1's (the lanes vpdpbusd fills).
-struct PairPick {
-  __m512i idx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                    _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                    _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                    _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
-  const __m512i& operator[](int p) const { return idx[p]; }
-};
-
-// Q4_K and MXFP4 read their activations block-interleaved: in every run of 8 whole
-// blocks (256 elements) 64-byte vector v holds elements 8v..8v+7 of each block in turn,
-// so lanes 2s and 2s+1 of all four vectors belong to block s. Their four vpdpbusd then
-// chain into one integer sum per block (exact) and take one scale multiply for 8 blocks
-// instead of one per pair, and their weights get the same order from a few qword
-// shuffles. Blocks past the last whole run stay in order (the pair loop reads them).
+// Every type here but Q6_K reads its activations block-interleaved: in every run of 8
+// whole blocks (256 elements) 64-byte vector v holds elements 8v..8v+7 of each block in
+// turn, so lanes 2s and 2s+1 of all four vectors belong to block s. A run's four vpdpbusd
+// then chain into one integer sum per block (exact) and take one scale multiply for 8
+// blocks, where blocks in pairs took one each (their cost, not the reads, bounded the
+// experts' decode); the weights get the same order from a few qword shuffles. Blocks past
+// the last whole run stay in order (the pair loop reads them).
 template <TensorType T>
-inline constexpr bool kInterleaved = T == TensorType::Q4_K || T == TensorType::MXFP4;
+inline constexpr bool kInterleaved = T != TensorType::Q6_K;
 
 inline void interleave_blocks8(int8_t* q, size_t n_blocks) {
   for (size_t run = 0; run + 8 <= n_blocks; run += 8) {
@@ -190,31 +181,53 @@ inline __m512i run_dot(const __m512i* wv, const int8_t* x) {
   return sum;
 }
 
-// MXFP4 weights of 8 blocks in the interleaved order, as unsigned doubled values + 12.
-inline void mxfp4_run(const uint8_t* w8, __m512i* wv) {
-  constexpr int B = int(kBlockBytes<TensorType::MXFP4>);
-  const auto four = [](const uint8_t* blk) {  // 4 blocks' 16 code bytes as 128-bit lanes
-    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)));
-    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + B + 1)), 1);
-    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * B + 1)), 2);
-    return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * B + 1)), 3);
-  };
-  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const __m512i z0 = four(w8), z1 = four(w8 + 4 * B);
-  // Low nibbles are elements 0..15 of their block, high nibbles 16..31.
-  const __m512i lo0 = _mm512_shuffle_epi8(table, _mm512_and_si512(z0, low4));
-  const __m512i hi0 = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4));
-  const __m512i lo1 = _mm512_shuffle_epi8(table, _mm512_and_si512(z1, low4));
-  const __m512i hi1 = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4));
-  const __m512i first8 = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), second8 = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
-  wv[0] = _mm512_permutex2var_epi64(lo0, first8, lo1);
-  wv[1] = _mm512_permutex2var_epi64(lo0, second8, lo1);
-  wv[2] = _mm512_permutex2var_epi64(hi0, first8, hi1);
-  wv[3] = _mm512_permutex2var_epi64(hi0, second8, hi1);
+// The unsigned weights of a run of 8 blocks in the interleaved order.
+template <TensorType T>
+inline void weight_run(const uint8_t* w8, __m512i* wv) {
+  constexpr int B = int(kBlockBytes<T>);
+  if constexpr (T == TensorType::Q8_0) {
+    // Blocks s, s+1 as the halves of a vector: qword 4h + q is qword q of block s + h.
+    const auto two = [](const uint8_t* blk) {
+      const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      const __m256i second = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + B + 2));
+      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1), _mm512_set1_epi8(-128));
+    };
+    const __m512i b01 = two(w8), b23 = two(w8 + 2 * B), b45 = two(w8 + 4 * B), b67 = two(w8 + 6 * B);
+    // Qwords 0 then 1 (or 2 then 3) of four blocks, then the two halves of the run.
+    const __m512i q01 = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0), q23 = _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2);
+    const __m512i lo01 = _mm512_permutex2var_epi64(b01, q01, b23), hi01 = _mm512_permutex2var_epi64(b45, q01, b67);
+    const __m512i lo23 = _mm512_permutex2var_epi64(b01, q23, b23), hi23 = _mm512_permutex2var_epi64(b45, q23, b67);
+    wv[0] = _mm512_shuffle_i64x2(lo01, hi01, _MM_SHUFFLE(1, 0, 1, 0));
+    wv[1] = _mm512_shuffle_i64x2(lo01, hi01, _MM_SHUFFLE(3, 2, 3, 2));
+    wv[2] = _mm512_shuffle_i64x2(lo23, hi23, _MM_SHUFFLE(1, 0, 1, 0));
+    wv[3] = _mm512_shuffle_i64x2(lo23, hi23, _MM_SHUFFLE(3, 2, 3, 2));
+  } else {
+    // Q4_0 and MXFP4: 16 code bytes per block, low nibbles elements 0..15, high 16..31.
+    constexpr int kQs = T == TensorType::MXFP4 ? 1 : 2;
+    const auto four = [](const uint8_t* blk) {  // 4 blocks' code bytes as 128-bit lanes
+      __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQs)));
+      z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + B + kQs)), 1);
+      z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * B + kQs)), 2);
+      return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * B + kQs)), 3);
+    };
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i z0 = four(w8), z1 = four(w8 + 4 * B);
+    __m512i lo0 = _mm512_and_si512(z0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+    __m512i lo1 = _mm512_and_si512(z1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+    if constexpr (T == TensorType::MXFP4) {  // codes -> doubled E2M1 value + 12, in 0..24
+      const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+      lo0 = _mm512_shuffle_epi8(table, lo0), hi0 = _mm512_shuffle_epi8(table, hi0);
+      lo1 = _mm512_shuffle_epi8(table, lo1), hi1 = _mm512_shuffle_epi8(table, hi1);
+    }
+    const __m512i first8 = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), second8 = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    wv[0] = _mm512_permutex2var_epi64(lo0, first8, lo1);
+    wv[1] = _mm512_permutex2var_epi64(lo0, second8, lo1);
+    wv[2] = _mm512_permutex2var_epi64(hi0, first8, hi1);
+    wv[3] = _mm512_permutex2var_epi64(hi0, second8, hi1);
+  }
 }
 
-// One weight row against NB quantized activation rows: each weight pair is unpacked once
+// One weight row against NB quantized activation rows: each run of weights is unpacked once
 // and used NB times; every output keeps its own accumulator and sequence of operations,
 // identical for any NB.
 template <TensorType T, int NB>
@@ -224,44 +237,24 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
   constexpr int32_t kOff = kOffset<T>;
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
-  // Eight blocks at a time: their scales and offset corrections as vectors. Each output
-  // gets exactly the operations of the pair loop below, so results do not change.
-  const PairPick pick;
+  // Runs of eight blocks: their scales and offset corrections as vectors, spread over
+  // each block's two lanes.
+  const __m512i lane_block = block_of_lane();
   size_t blk = 0;
-  if constexpr (T == TensorType::MXFP4) {  // interleaved: runs of 8 blocks first
-    const __m512i lane_block = block_of_lane();
-    for (; blk + 8 <= n_blocks; blk += 8) {
-      const uint8_t* w8 = w + blk * kBytes;
-      prefetch_ahead(w8, 8 * kBytes, end);
-      const __m256 dw = block_scales8<T>(w8);
-      __m512i wv[4];
-      mxfp4_run(w8, wv);
-#pragma GCC unroll 4
-      for (int j = 0; j < NB; ++j) {
-        const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk))));
-        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x5555, lane_block, _mm512_castsi256_si512(_mm256_mullo_epi32(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff))));
-        const __m512i sum = _mm512_sub_epi32(run_dot(wv, xq[j] + 32 * blk), corr);
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
-      }
-    }
-  }
   for (; blk + 8 <= n_blocks; blk += 8) {
     const uint8_t* w8 = w + blk * kBytes;
     prefetch_ahead(w8, 8 * kBytes, end);
     const __m256 dw = block_scales8<T>(w8);
     __m512i wv[4];
-    for (int p = 0; p < 4; ++p) wv[p] = weight_pair<T>(w8 + 2 * p * kBytes, w8 + (2 * p + 1) * kBytes);
+    weight_run<T>(w8, wv);
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
-      const __m512 scale8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk)));
-      const __m512i corr8 = _mm512_castsi256_si512(_mm256_mullo_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff)));
-      for (int p = 0; p < 4; ++p) {
-        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[p], _mm512_loadu_si512(xq[j] + 32 * (blk + 2 * p)));
-        sum = _mm512_sub_epi32(sum, _mm512_maskz_permutexvar_epi32(0x0101, pick[p], corr8));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pick[p], scale8), acc[j]);
-      }
+      const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk))));
+      // The offset correction goes into the first lane of each block: exact integers.
+      const __m512i corr = _mm512_maskz_permutexvar_epi32(0x5555, lane_block, _mm512_castsi256_si512(_mm256_mullo_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff))));
+      const __m512i sum = _mm512_sub_epi32(run_dot(wv, xq[j] + 32 * blk), corr);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
     }
   }
   for (; blk < n_blocks; blk += 2) {
