@@ -100,24 +100,41 @@ inline float block_scale(const uint8_t* blk) {
   }
 }
 
-// The scales of 8 consecutive blocks, gathered as 32-bit words at the blocks' starts (the
-// last word ends inside the eighth block). Built in registers: writing them to memory one
-// by one and loading the vector back stalled on store forwarding (MXFP4 decode spent a
-// fifth of its time there).
+// The scales of a run of 8 blocks spread over 16 lanes (block s in lanes 2s, 2s+1, as the
+// interleaved sums lie), picked out of the run's first bytes by 16-bit permutes: every
+// scale starts at an even offset but MXFP4's odd blocks (17 bytes), whose byte is the
+// high half of its word. A gather of the 8 words cost as much as the dot products.
 template <TensorType T>
-inline __m256 block_scales8(const uint8_t* w8) {
-  constexpr int B = int(kBlockBytes<T>);
-  const __m256i at = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
-  const __m256i words = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w8), at, 1);
+inline __m512 run_scales16(const uint8_t* w8) {
+  const __m512i bytes0 = _mm512_loadu_si512(w8), bytes64 = _mm512_loadu_si512(w8 + 64);
   if constexpr (T == TensorType::MXFP4) {
+    // Word 17s/2 into the low half of lanes 2s, 2s+1; odd blocks shift their byte down.
+    const __m512i word = _mm512_set_epi16(0, 59, 0, 59, 0, 51, 0, 51, 0, 42, 0, 42, 0, 34, 0, 34,  //
+                                          0, 25, 0, 25, 0, 17, 0, 17, 0, 8, 0, 8, 0, 0, 0, 0);
+    const __m512i shift = _mm512_set_epi32(8, 8, 0, 0, 8, 8, 0, 0, 8, 8, 0, 0, 8, 8, 0, 0);
+    const __m512i picked = _mm512_maskz_permutex2var_epi16(0x55555555, bytes0, word, bytes64);
+    const __m512i e = _mm512_and_si512(_mm512_srlv_epi32(picked, shift), _mm512_set1_epi32(0xff));
     // mxfp4_half_scale in lanes: 2^(e-128) = bits (e-1) << 23 for e >= 2, subnormal below.
-    const __m256i e = _mm256_and_si256(words, _mm256_set1_epi32(0xff));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const __m256i bits = _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
-    return _mm256_castsi256_ps(bits);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, subnormal, normal));
   } else {
-    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words));  // the low half of each word
+    // fp16 scales at word 9s (Q4_0, 18 bytes) or 17s (Q8_0, 34 bytes: blocks 4..7 lie in
+    // the run's third and fourth 64 bytes), gathered as 16 consecutive halves.
+    __m512i halves;
+    if constexpr (T == TensorType::Q4_0) {
+      const __m512i word = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                            63, 63, 54, 54, 45, 45, 36, 36, 27, 27, 18, 18, 9, 9, 0, 0);
+      halves = _mm512_permutex2var_epi16(bytes0, word, bytes64);
+    } else {
+      const __m512i bytes128 = _mm512_loadu_si512(w8 + 128), bytes192 = _mm512_loadu_si512(w8 + 192);
+      const __m512i word = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                            55, 55, 38, 38, 21, 21, 4, 4, 51, 51, 34, 34, 17, 17, 0, 0);
+      halves = _mm512_mask_blend_epi16(0xff00, _mm512_permutex2var_epi16(bytes0, word, bytes64),
+                                       _mm512_permutex2var_epi16(bytes128, word, bytes192));
+    }
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
   }
 }
 
@@ -180,7 +197,6 @@ inline __m512i run_dot(const __m512i* wv, const int8_t* x) {
   for (int v = 1; v < 4; ++v) sum = _mm512_dpbusd_epi32(sum, wv[v], _mm512_loadu_si512(x + 64 * v));
   return sum;
 }
-
 // The unsigned weights of a run of 8 blocks in the interleaved order.
 template <TensorType T>
 inline void weight_run(const uint8_t* w8, __m512i* wv) {
@@ -227,33 +243,43 @@ inline void weight_run(const uint8_t* w8, __m512i* wv) {
   }
 }
 
+// One activation row as the kernels read it: the 8-bit values (block-interleaved for
+// kInterleaved types), per block of 32 the scale d and sum s of the values, and per run
+// of 8 blocks what every weight row would otherwise recompute: d spread over each
+// block's two lanes (d16), the offset correction of the int8 types in each block's first
+// lane (corr16), and for Q4_K d * s (for the mins).
+struct ActRow {
+  const int8_t* q;
+  const float* d;
+  const int32_t* s;
+  const float* d16;
+  const int32_t* corr16;
+  const float* ds;
+};
+
 // One weight row against NB quantized activation rows: each run of weights is unpacked once
 // and used NB times; every output keeps its own accumulator and sequence of operations,
 // identical for any NB.
 template <TensorType T, int NB>
-inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, __m512* acc, const uint8_t* end) {
+inline void row_acc_int8(const uint8_t* w, const ActRow* x, size_t n_blocks, __m512* acc, const uint8_t* end) {
   constexpr size_t kBytes = kBlockBytes<T>;
   constexpr int32_t kOff = kOffset<T>;
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   // Runs of eight blocks: their scales and offset corrections as vectors, spread over
   // each block's two lanes.
-  const __m512i lane_block = block_of_lane();
   size_t blk = 0;
   for (; blk + 8 <= n_blocks; blk += 8) {
     const uint8_t* w8 = w + blk * kBytes;
     prefetch_ahead(w8, 8 * kBytes, end);
-    const __m256 dw = block_scales8<T>(w8);
+    const __m512 dw = run_scales16<T>(w8);
     __m512i wv[4];
     weight_run<T>(w8, wv);
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
-      const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(xd[j] + blk))));
-      // The offset correction goes into the first lane of each block: exact integers.
-      const __m512i corr = _mm512_maskz_permutexvar_epi32(0x5555, lane_block, _mm512_castsi256_si512(_mm256_mullo_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + blk)), _mm256_set1_epi32(kOff))));
-      const __m512i sum = _mm512_sub_epi32(run_dot(wv, xq[j] + 32 * blk), corr);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d16 + 2 * blk));
+      const __m512i corr = _mm512_loadu_si512(x[j].corr16 + 2 * blk);
+      const __m512i sum = _mm512_sub_epi32(run_dot(wv, x[j].q + 32 * blk), corr);
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
     }
   }
@@ -265,14 +291,14 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
     const float sa = block_scale<T>(wa), sb = pair ? block_scale<T>(wb) : 0.0f;
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
-      const int8_t* x = xq[j] + 32 * blk;
-      const __m512i xv = pair ? _mm512_loadu_si512(x) : _mm512_maskz_loadu_epi8(0xffffffffull, x);
+      const int8_t* xb = x[j].q + 32 * blk;
+      const __m512i xv = pair ? _mm512_loadu_si512(xb) : _mm512_maskz_loadu_epi8(0xffffffffull, xb);
       __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
       // The offset correction goes into the first lane of each block: exact integers.
-      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOff * xs[j][blk]);
-      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOff * xs[j][blk + 1]);
+      __m512i corr = _mm512_maskz_set1_epi32(0x0001, kOff * x[j].s[blk]);
+      if (pair) corr = _mm512_mask_set1_epi32(corr, 0x0100, kOff * x[j].s[blk + 1]);
       sum = _mm512_sub_epi32(sum, corr);
-      const float da = sa * xd[j][blk], db = pair ? sb * xd[j][blk + 1] : 0.0f;
+      const float da = sa * x[j].d[blk], db = pair ? sb * x[j].d[blk + 1] : 0.0f;
       const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(da), _mm512_set1_ps(db));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
     }
@@ -286,8 +312,7 @@ inline void row_acc_int8(const uint8_t* w, const int8_t* const* xq, const float*
 // ones: qword v of them is elements 8v..8v+7 of both, which the interleaved order wants
 // in qwords 2p, 2p+1 of weight vector v.
 template <int NB>
-inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd,
-                         const int32_t* const* xs, size_t n_blocks, __m512* acc, const uint8_t* end) {
+inline void row_acc_q4_k(const uint8_t* w, const ActRow* x, size_t n_blocks, __m512* acc, const uint8_t* end) {
   constexpr size_t kSuperBytes = sizeof(block_q4_K);
   __m256 mins[NB];
 #pragma GCC unroll 4
@@ -301,7 +326,8 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
     const block_q4_K* blk = reinterpret_cast<const block_q4_K*>(w + sb * kSuperBytes);
     prefetch_ahead(w + sb * kSuperBytes, kSuperBytes, end);
     const ref::ScalesMinsK4 sm = ref::unpack_scales_mins_k4(blk->scales);
-    const __m256 d_sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)), widen(sm.sc));
+    const __m512 d_sc = _mm512_permutexvar_ps(
+        lane_block, _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)), widen(sm.sc))));
     const __m256 dmin_m = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->dmin)), widen(sm.m));
     // Raw qwords 4p + v (v = 0..3) of sub-blocks 0..3 and 4..7, split into nibbles; the
     // unpacks pair each low qword with its high one, the lane shuffles pick v.
@@ -316,11 +342,9 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
                            _mm512_shuffle_i64x2(odd0, odd1, _MM_SHUFFLE(3, 1, 3, 1))};
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
-      const __m256 dx = _mm256_loadu_ps(xd[j] + sb * 8);
-      const __m256 sum_x = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[j] + sb * 8)));
-      mins[j] = _mm256_fmadd_ps(dmin_m, _mm256_mul_ps(dx, sum_x), mins[j]);
-      const __m512 scale = _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_mul_ps(d_sc, dx)));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_dot(wv, xq[j] + 256 * sb)), scale, acc[j]);
+      mins[j] = _mm256_fmadd_ps(dmin_m, _mm256_loadu_ps(x[j].ds + sb * 8), mins[j]);
+      const __m512 scale = _mm512_mul_ps(d_sc, _mm512_loadu_ps(x[j].d16 + sb * 16));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(run_dot(wv, x[j].q + 256 * sb)), scale, acc[j]);
     }
   }
   // The mins' lanes join the sum's lower half, so one horizontal sum finishes the row
@@ -335,8 +359,7 @@ inline void row_acc_q4_k(const uint8_t* w, const int8_t* const* xq, const float*
 // elements 64v + 4l..+3: sub-block 4v + l / 4 (its scale) and activation block 2v + l / 8
 // (its dx). The -32 is taken off in integers: 32 * sum(xq) per lane by a second vpdpbusd.
 template <int NB>
-inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float* const* xd, size_t n_blocks,
-                         __m512* acc, const uint8_t* end) {
+inline void row_acc_q6_k(const uint8_t* w, const ActRow* x, size_t n_blocks, __m512* acc, const uint8_t* end) {
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) acc[j] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
@@ -368,10 +391,10 @@ inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float*
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       for (int v = 0; v < 4; ++v) {
-        const __m512i xv = _mm512_loadu_si512(xq[j] + 256 * sb + 64 * v);
+        const __m512i xv = _mm512_loadu_si512(x[j].q + 256 * sb + 64 * v);
         const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qv[v], xv),
                                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, xv));
-        const float* dx = xd[j] + 8 * sb + 2 * v;
+        const float* dx = x[j].d + 8 * sb + 2 * v;
         const __m512 dx2 = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(dx[0]), _mm512_set1_ps(dx[1]));
         const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(sub_pick[v], d_sc), dx2);
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
@@ -383,18 +406,16 @@ inline void row_acc_q6_k(const uint8_t* w, const int8_t* const* xq, const float*
 // One weight row of any VNNI type against NB activation rows, left as NB accumulators
 // whose horizontal sums are the dot products.
 template <TensorType T, int NB>
-inline void row_acc(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
-                    size_t n_blocks, __m512* acc, const uint8_t* end) {
-  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, xq, xd, xs, n_blocks, acc, end);
-  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, xq, xd, n_blocks, acc, end);
-  else row_acc_int8<T, NB>(w, xq, xd, xs, n_blocks, acc, end);
+inline void row_acc(const uint8_t* w, const ActRow* x, size_t n_blocks, __m512* acc, const uint8_t* end) {
+  if constexpr (T == TensorType::Q4_K) row_acc_q4_k<NB>(w, x, n_blocks, acc, end);
+  else if constexpr (T == TensorType::Q6_K) row_acc_q6_k<NB>(w, x, n_blocks, acc, end);
+  else row_acc_int8<T, NB>(w, x, n_blocks, acc, end);
 }
 
 template <TensorType T, int NB>
-inline void row_dot(const uint8_t* w, const int8_t* const* xq, const float* const* xd, const int32_t* const* xs,
-                    size_t n_blocks, float* const* out, const uint8_t* end) {
+inline void row_dot(const uint8_t* w, const ActRow* x, size_t n_blocks, float* const* out, const uint8_t* end) {
   __m512 acc[NB];
-  row_acc<T, NB>(w, xq, xd, xs, n_blocks, acc, end);
+  row_acc<T, NB>(w, x, n_blocks, acc, end);
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j) *out[j] = Vec::hsum(acc[j]);
 }
@@ -409,30 +430,30 @@ void gemm_quant_vnni(const GemmArgs& a) {
   alignas(64) int8_t xq[kRows][kMaxQuantK];
   float xd[kRows][kMaxQuantK / 32];
   int32_t xs[kRows][kMaxQuantK / 32];
+  // Per run of 8 blocks: 16 lanes of d (and of corrections); Q4_K's d * s per block.
+  alignas(64) float xd16[kRows][kMaxQuantK / 16];
+  alignas(64) int32_t xcorr16[kRows][kInterleaved<T> && T != TensorType::Q4_K ? kMaxQuantK / 16 : 1];
+  alignas(64) float xds[kRows][T == TensorType::Q4_K ? kMaxQuantK / 32 : 1];
+  ActRow x[kRows];
   const size_t w_row_bytes = a.w_row_bytes;
   const uint8_t* end = static_cast<const uint8_t*>(a.w) + a.r1 * w_row_bytes;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += kRows) {
     const size_t nb = min_size(kRows, a.n_batch - b0);
     for (size_t b = 0; b < nb; ++b) {
       Vec::quantize_q8_32(a.x + (b0 + b) * a.ldx, n_blocks, xq[b], xd[b], xs[b]);
-      if constexpr (kInterleaved<T>) interleave_blocks8(xq[b], n_blocks);
+      x[b] = {xq[b], xd[b], xs[b], xd16[b], xcorr16[b], xds[b]};
+      if constexpr (kInterleaved<T>) {
+        interleave_blocks8(xq[b], n_blocks);
+        for (size_t i = 0; i < n_blocks / 8 * 16; ++i) xd16[b][i] = xd[b][i / 2];
+        if constexpr (T == TensorType::Q4_K)
+          for (size_t i = 0; i < n_blocks; ++i) xds[b][i] = xd[b][i] * float(xs[b][i]);
+        else
+          for (size_t i = 0; i < n_blocks / 8 * 16; ++i) xcorr16[b][i] = i % 2 ? 0 : kOffset<T> * xs[b][i / 2];
+      }
     }
-    // Activation rows b..b+3 as row_dot takes them, and one output from row b alone.
-    struct Four {
-      const int8_t* q[4];
-      const float* d[4];
-      const int32_t* s[4];
-    };
-    const auto four = [&](size_t b) {
-      return Four{{xq[b], xq[b + 1], xq[b + 2], xq[b + 3]}, {xd[b], xd[b + 1], xd[b + 2], xd[b + 3]},
-                  {xs[b], xs[b + 1], xs[b + 2], xs[b + 3]}};
-    };
     const auto dot1 = [&](const uint8_t* w, size_t b, size_t r) {
-      const int8_t* q1[1] = {xq[b]};
-      const float* d1[1] = {xd[b]};
-      const int32_t* s1[1] = {xs[b]};
       float* o1[1] = {&a.y[(b0 + b) * a.ldy + r]};
-      row_dot<T, 1>(w, q1, d1, s1, n_blocks, o1, end);
+      row_dot<T, 1>(w, &x[b], n_blocks, o1, end);
     };
     size_t r = a.r0;
     // Four weight rows x four activation rows: 16 accumulators, summed together
@@ -443,10 +464,9 @@ void gemm_quant_vnni(const GemmArgs& a) {
       const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
       size_t b = 0;
       for (; b + 4 <= nb; b += 4) {
-        const Four x = four(b);
         __m512 acc[16];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) row_acc<T, 4>(w + i * w_row_bytes, x.q, x.d, x.s, n_blocks, acc + 4 * i, end);
+        for (int i = 0; i < 4; ++i) row_acc<T, 4>(w + i * w_row_bytes, &x[b], n_blocks, acc + 4 * i, end);
         float sums[16];
         Vec::hsums<16>(acc, sums);
         for (int i = 0; i < 4; ++i)
@@ -455,12 +475,9 @@ void gemm_quant_vnni(const GemmArgs& a) {
       // Fewer than four activation rows left (decode: one): four weight rows against
       // each, so a token's matvec also sums four rows' accumulators together.
       for (; b < nb; ++b) {
-        const int8_t* q1[1] = {xq[b]};
-        const float* d1[1] = {xd[b]};
-        const int32_t* s1[1] = {xs[b]};
         __m512 acc[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) row_acc<T, 1>(w + i * w_row_bytes, q1, d1, s1, n_blocks, acc + i, end);
+        for (int i = 0; i < 4; ++i) row_acc<T, 1>(w + i * w_row_bytes, &x[b], n_blocks, acc + i, end);
         float sums[4];
         Vec::hsums<4>(acc, sums);
         for (int i = 0; i < 4; ++i) a.y[(b0 + b) * a.ldy + r + i] = sums[i];
@@ -470,10 +487,9 @@ void gemm_quant_vnni(const GemmArgs& a) {
       const uint8_t* w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
       size_t b = 0;
       for (; b + 4 <= nb; b += 4) {
-        const Four x = four(b);
         float* o4[4] = {&a.y[(b0 + b) * a.ldy + r], &a.y[(b0 + b + 1) * a.ldy + r], &a.y[(b0 + b + 2) * a.ldy + r],
                         &a.y[(b0 + b + 3) * a.ldy + r]};
-        row_dot<T, 4>(w, x.q, x.d, x.s, n_blocks, o4, end);
+        row_dot<T, 4>(w, &x[b], n_blocks, o4, end);
       }
       for (; b < nb; ++b) dot1(w, b, r);
     }
