@@ -13,11 +13,7 @@
 // products of whole-vector chunks in increasing k, then a zero-padded tail chunk, then
 // V's fixed horizontal reduction. Tile shape only decides which outputs share a loop,
 // never the arithmetic, so results do not depend on r0/r1 or which tile an output landed
-// in. A single activation row (decode) takes its own path, one weight row at a time with
-// four accumulators: that keeps one sequential stream per thread, which the hardware
-// prefetchers feed best (measured ~20% more tokens/s than 8-row tiles on TinyLlama F16
-// with AVX-512). Its results are equally independent of the row split, but differ in
-// rounding from the batched path.
+// in, or whether it was decoded alone (a single activation row: tiles of 4 weight rows).
 #include <cstddef>
 
 #include "kernels/kernels.h"
@@ -72,6 +68,14 @@ class FloatGemm {
       F xv[RB];
 #pragma GCC unroll 4
       for (int j = 0; j < RB; ++j) xv[j] = V::load(x + j * ldx + i);
+      // Decode streams its rows from DRAM: the same line of the next RW rows (what this
+      // thread reads next) is requested a tile ahead.
+      if constexpr (RB == 1) {
+        constexpr size_t kElemBytes = T == TensorType::F32 ? 4 : 2;
+        if (i * kElemBytes % 64 == 0)
+#pragma GCC unroll 8
+          for (int rr = 0; rr < RW; ++rr) __builtin_prefetch(w + (rr + RW) * wrb + i * kElemBytes);
+      }
 #pragma GCC unroll 8
       for (int rr = 0; rr < RW; ++rr) {
         const F wv = load_w<T>(w + rr * wrb, i);
@@ -110,11 +114,12 @@ class FloatGemm {
     // Every output is one FMA chain over k in order, then the tail, then hsum's tree,
     // whatever the tile: so a row's result does not depend on the batch around it (a
     // server's request gives the same text alone or among others). One activation row
-    // (decode) goes one weight row at a time, one sequential stream per thread: it is
-    // bandwidth bound, and on the 1.1B F16 shape this single chain decodes as fast as four
-    // interleaved accumulators did (21.7 vs 21.5 t/s), while 8-row tiles lost 7-12%.
+    // (decode) is bandwidth bound, but one row at a time left a single FMA chain (4
+    // cycles per 16 lanes) between the core and its memory: four rows' chains with the
+    // prefetch in tile() measured +8% on mamba2-1b F16 tg (2 threads; two rows +0%,
+    // four rows alone +5%). On TinyLlama F16, 8-row tiles without prefetch lost 7-12%.
     if (a.n_batch == 1) {
-      kTable.run(a, 0, 1, 1, 1);
+      kTable.run(a, 0, 1, 4, 1);
       return;
     }
     if (a.n_batch <= S.small_batch) {
