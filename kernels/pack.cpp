@@ -257,12 +257,37 @@ void pack_q2_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
 
 }  // namespace
 
+// Float records: column-major within a group, row r's element j at record j, slot r;
+// rows past the end of the tensor are zero in its last group. Columns go 64 at a time
+// so that a group's 16 source rows and the records they fill stay in L1.
+template <class Elem>
+void pack_float_rows(const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1, void* dst) {
+  const size_t gbytes = k * G * sizeof(Elem);
+  for (size_t g0 = r0; g0 < r1; g0 += G) {
+    Elem* group = reinterpret_cast<Elem*>(static_cast<uint8_t*>(dst) + g0 / G * gbytes);
+    const size_t n = g0 + G <= rows ? G : rows - g0;
+    for (size_t j0 = 0; j0 < k; j0 += 64) {
+      const size_t j1 = j0 + 64 < k ? j0 + 64 : k;
+      for (size_t r = 0; r < G; ++r) {
+        if (r >= n) {
+          for (size_t j = j0; j < j1; ++j) group[j * G + r] = 0;
+          continue;
+        }
+        const Elem* row = reinterpret_cast<const Elem*>(static_cast<const uint8_t*>(src) + (g0 + r) * src_row_bytes);
+        for (size_t j = j0; j < j1; ++j) group[j * G + r] = row[j];
+      }
+    }
+  }
+}
+
 void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1,
                void* dst) {
   if (!record_bytes(t)) throw Error(std::string("no packed layout for ") + type_name(t));
   if (r0 % G != 0 || k % record_elements(t) != 0) throw Error("pack_rows: misaligned rows or k");
   const size_t n_records = k / record_elements(t), gbytes = group_bytes(t, k);
   r1 = r1 < rows ? r1 : rows;
+  if (t == TensorType::F32) return pack_float_rows<uint32_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+  if (t == TensorType::F16 || t == TensorType::BF16) return pack_float_rows<uint16_t>(src, src_row_bytes, rows, k, r0, r1, dst);
   for (size_t g0 = r0; g0 < r1; g0 += G) {
     const size_t n = (g0 + G <= rows ? G : rows - g0);
     uint8_t* group = static_cast<uint8_t*>(dst) + g0 / G * gbytes;

@@ -43,6 +43,10 @@
 //         0..7 is the file's q + 4                        288 + 8 x 192 = 1824 bytes
 //   Q2_K: d[16] | dmin[16] | scm[8][16][2] u8 (the file's scales byte, sc | m << 4, of
 //         sub-blocks 2P, 2P+1) | 16 crumb vectors                          = 1344 bytes
+// Float weights (F32, F16, BF16; read packed by the AVX-512 table only): one record per
+// element of k, the 16 rows' values of that column in the file's type (16 x 4 or 16 x 2
+// bytes). A gemm multiplies a record by one broadcast activation into 16 outputs: every
+// output is one FMA chain over k in order, and no horizontal sums remain.
 // Each record is read front to back: extra bits sit next to the values they complete
 // (Q3_K decode from DRAM: 7 GB/s with its high bits at the record's end, 12-18 so).
 // Bytes per row and 256 elements against the file's: Q4_K 148/144, Q5_K 180/176 (the
@@ -70,6 +74,8 @@ constexpr size_t record_bytes(TensorType t) {
     case TensorType::Q5_K: return 2880;
     case TensorType::Q3_K: return 1824;
     case TensorType::Q2_K: return 1344;
+    case TensorType::F32: return 16 * 4;
+    case TensorType::F16: case TensorType::BF16: return 16 * 2;
     default: return 0;
   }
 }
@@ -77,6 +83,7 @@ constexpr size_t record_elements(TensorType t) {
   switch (t) {
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
     case TensorType::Q6_K: return 256;
+    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 1;
     default: return 32;
   }
 }

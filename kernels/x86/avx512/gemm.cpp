@@ -501,7 +501,10 @@ void gemm_quant_vnni(const GemmArgs& a) {
 // Quantized weights run on the scalar reference until they get SIMD paths here.
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  if (a.w_packed) return gemm_packed(a);
+  if (a.w_packed) {
+    const bool is_float = a.w_type == TensorType::F32 || a.w_type == TensorType::F16 || a.w_type == TensorType::BF16;
+    return is_float ? gemm_float_packed(a) : gemm_packed(a);
+  }
   if (a.k <= kMaxQuantK) {
     if (a.w_type == TensorType::Q8_0) return gemm_quant_vnni<TensorType::Q8_0>(a);
     if (a.w_type == TensorType::Q4_0) return gemm_quant_vnni<TensorType::Q4_0>(a);

@@ -1,0 +1,115 @@
+// Float weights (F32, F16, BF16) in the packed layout (kernels/packed.h), for the tables
+// that pack them: values against float64, the file layout's answer, and the batch
+// contract (an output's bits do not depend on the batch around it, on which rows a call
+// covers, or on the tile that computed it: decode equals batch).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kiln/tensor_type.h"
+
+namespace kiln::kernels {
+namespace {
+
+size_t elem_bytes(TensorType t) { return t == TensorType::F32 ? 4 : 2; }
+
+// Random weights stored in type t, and the float values they hold.
+void random_weights(TensorType t, size_t n, std::mt19937& rng, std::vector<uint8_t>& stored, std::vector<float>& values) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  stored.resize(n * elem_bytes(t));
+  values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    if (t == TensorType::F32) {
+      std::memcpy(&stored[4 * i], &v, 4), values[i] = v;
+    } else {
+      const uint16_t h = t == TensorType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+      std::memcpy(&stored[2 * i], &h, 2);
+      values[i] = t == TensorType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+}
+
+struct Packed {
+  std::vector<uint8_t> bytes;
+  void* at() { return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64; }
+};
+
+TEST(PackedFloatGemm, MatchesFloat64TheFileLayoutAndTheBatchContract) {
+  std::mt19937 rng(31);
+  int tables_packing = 0;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+      // Rows: one, under a group, groups plus a remainder, more than a decode tile.
+      // Widths: awkward ones (no vector multiple) and a model-like one.
+      for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{70}}) {
+        for (size_t k : {size_t{1}, size_t{7}, size_t{64}, size_t{300}}) {
+          const size_t packed_size = o.packed_bytes(t, rows, k);
+          if (!packed_size) continue;
+          tables_packing += t == TensorType::F16 && rows == 1 && k == 1;
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " rows=" + std::to_string(rows) +
+                       " k=" + std::to_string(k));
+          std::vector<uint8_t> file;
+          std::vector<float> w;
+          random_weights(t, rows * k, rng, file, w);
+          const size_t row_bytes = k * elem_bytes(t);
+          Packed p{std::vector<uint8_t>(packed_size + 64, 0xcd)};  // garbage where packing must write
+          // In two slices, as the loader's threads do.
+          const size_t half = rows / 2 / 16 * 16;
+          pack_weights(t, file.data(), row_bytes, rows, k, 0, half, p.at());
+          pack_weights(t, file.data(), row_bytes, rows, k, half, rows, p.at());
+
+          const size_t n_batch = 29;  // two 12-row tiles and a remainder
+          std::vector<float> x(n_batch * k);
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          for (float& v : x) v = dist(rng);
+          std::vector<float> y(n_batch * rows, NAN), file_y(n_batch * rows, NAN);
+          o.gemm({t, p.at(), row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, true});
+          o.gemm({t, file.data(), row_bytes, x.data(), k, file_y.data(), rows, k, n_batch, 0, rows});
+          for (size_t b = 0; b < n_batch; ++b)
+            for (size_t r = 0; r < rows; ++r) {
+              double want = 0, magnitude = 0;
+              for (size_t i = 0; i < k; ++i)
+                want += double(w[r * k + i]) * x[b * k + i], magnitude += std::fabs(double(w[r * k + i]) * x[b * k + i]);
+              // One f32 FMA chain over k: each step rounds once.
+              const double bound = 1.2e-7 * double(k) * magnitude + 1e-30;
+              ASSERT_NEAR(y[b * rows + r], want, bound) << "b=" << b << " r=" << r;
+              ASSERT_NEAR(file_y[b * rows + r], want, bound) << "b=" << b << " r=" << r;
+            }
+          // Each activation row alone (decode), small batches, and row ranges split at a
+          // group boundary give the bits of the batch of 29.
+          for (size_t nb : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{12}}) {
+            for (size_t b0 = 0; b0 + nb <= n_batch; b0 += 7) {
+              std::vector<float> part(nb * rows, NAN);
+              o.gemm({t, p.at(), row_bytes, &x[b0 * k], k, part.data(), rows, k, nb, 0, rows, true});
+              for (size_t b = 0; b < nb; ++b)
+                for (size_t r = 0; r < rows; ++r)
+                  ASSERT_EQ(std::bit_cast<uint32_t>(part[b * rows + r]), std::bit_cast<uint32_t>(y[(b0 + b) * rows + r]))
+                      << "nb=" << nb << " b=" << b0 + b << " r=" << r;
+            }
+          }
+          if (rows > 16) {
+            std::vector<float> split(n_batch * rows, NAN);
+            o.gemm({t, p.at(), row_bytes, x.data(), k, split.data(), rows, k, n_batch, 0, 16, true});
+            o.gemm({t, p.at(), row_bytes, x.data(), k, split.data(), rows, k, n_batch, 16, rows, true});
+            for (size_t i = 0; i < split.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(split[i]), std::bit_cast<uint32_t>(y[i])) << i;
+          }
+        }
+      }
+    }
+  }
+  // This machine's AVX-512 table packs floats; other CPUs may have no table that does.
+  if (ops_for(Isa::avx512)) {
+    EXPECT_GT(tables_packing, 0);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::kernels
