@@ -66,7 +66,7 @@ TEST(PackedFloatGemm, MatchesFloat64TheFileLayoutAndTheBatchContract) {
           pack_weights(t, file.data(), row_bytes, rows, k, 0, half, p.at());
           pack_weights(t, file.data(), row_bytes, rows, k, half, rows, p.at());
 
-          const size_t n_batch = 29;  // two 12-row tiles and a remainder
+          const size_t n_batch = 29;  // whole prefill tiles and a remainder
           std::vector<float> x(n_batch * k);
           std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
           for (float& v : x) v = dist(rng);

@@ -5,8 +5,8 @@
 //
 // Why: the file layout's dot-product tile (kernels/x86/gemm_float.h) converts 6 weight
 // vectors per 24 FMAs and sums 24 accumulators horizontally per tile; it ran prefill at
-// about half of the f32 FMA peak (bench/RESULTS.md). Here a prefill tile of 2 groups x 12
-// activation rows converts 2 weight vectors per 24 FMAs.
+// about half of the f32 FMA peak (bench/RESULTS.md). Here a prefill tile of 3 groups x 8
+// activation rows converts 3 weight vectors per 24 FMAs.
 //
 // Determinism: every output is one FMA chain over k in order, whatever the tile, the
 // group's place in [r0, r1) or the batch size: decode equals batch, and no split of rows
@@ -47,7 +47,7 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
   __m512 acc[NG][NB];
 #pragma GCC unroll 4
   for (int g = 0; g < NG; ++g)
-#pragma GCC unroll 12
+#pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) acc[g][j] = _mm512_setzero_ps();
   for (size_t i = 0; i < a.k; ++i) {
     const uint8_t* rec = w + i * R;
@@ -58,7 +58,7 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
     __m512 wv[NG];
 #pragma GCC unroll 4
     for (int g = 0; g < NG; ++g) wv[g] = widen<T>(rec + g * gbytes);
-#pragma GCC unroll 12
+#pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
       const __m512 xb = _mm512_set1_ps(x[j * a.ldx + i]);
 #pragma GCC unroll 4
@@ -69,12 +69,12 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
   for (int g = 0; g < NG; ++g) {
     const size_t row = r + g * G;
     const __mmask16 rows = row + G <= a.r1 ? __mmask16(0xffff) : __mmask16((1u << (a.r1 - row)) - 1);
-#pragma GCC unroll 12
+#pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) _mm512_mask_storeu_ps(a.y + (b + j) * a.ldy + row, rows, acc[g][j]);
   }
 }
 
-constexpr int kMaxNb = 12;
+constexpr int kMaxNb = 8;
 using TileFn = void (*)(const GemmArgs&, size_t, size_t);
 
 // tile<T, NG, nb> for nb = 1..kMaxNb, by nb.
@@ -84,24 +84,25 @@ constexpr void fill(TileFn* out, std::integer_sequence<int, Nbs...>) {
 }
 template <TensorType T>
 struct Tiles {
-  TileFn one[kMaxNb + 1] = {}, two[kMaxNb + 1] = {}, four[kMaxNb + 1] = {};
+  TileFn one[kMaxNb + 1] = {}, three[kMaxNb + 1] = {}, four[kMaxNb + 1] = {};
   constexpr Tiles() {
     fill<T, 1>(one, std::make_integer_sequence<int, kMaxNb>{});
-    fill<T, 2>(two, std::make_integer_sequence<int, kMaxNb>{});
+    fill<T, 3>(three, std::make_integer_sequence<int, kMaxNb>{});
     fill<T, 4>(four, std::make_integer_sequence<int, 3>{});
   }
 };
 
 // Decode and small batches (up to 3 rows: bandwidth bound) take 4 groups per tile, 4
-// streams; larger batches 2 groups x 12 rows (24 accumulators, 2 weight vectors and 12
-// broadcasts per step), in blocks of activation rows that stay in L2 while the groups of
-// [r0, r1) sweep them. (A transposed copy of the block, for one pointer instead of 12
-// in the loop, cost more than it saved: 95 -> 77-82 tok/s on mamba2-1b F16 pp512.)
+// streams; larger batches 3 groups x 8 rows (24 accumulators, 3 weight vectors and 8
+// broadcasts per step; one thread, F16, L2-resident: 163 GFLOP/s against 150 for 2 x 12
+// and 125 for 4 x 6), in blocks of activation rows that stay in L2 while the groups of
+// [r0, r1) sweep them. (A transposed copy of the block, for one pointer instead of one
+// per row in the loop, cost more than it saved: 95 -> 77-82 tok/s on mamba2-1b F16 pp512.)
 template <TensorType T>
 void run(const GemmArgs& a) {
   static constexpr Tiles<T> kTiles;
   const bool small = a.n_batch <= 3;
-  const size_t groups_per_tile = small ? 4 : 2;
+  const size_t groups_per_tile = small ? 4 : 3;
   const size_t nb_tile = small ? a.n_batch : kMaxNb;
   const size_t block = small ? a.n_batch : (512 * 1024) / (a.k * sizeof(float) + 1) / kMaxNb * kMaxNb + kMaxNb;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block) {
@@ -110,7 +111,7 @@ void run(const GemmArgs& a) {
       const size_t groups = (a.r1 - r + G - 1) / G;
       for (size_t b = b0; b < b1; b += nb_tile) {
         const size_t nb = b1 - b < nb_tile ? b1 - b : nb_tile;
-        if (groups >= groups_per_tile) (small ? kTiles.four : kTiles.two)[nb](a, r, b);
+        if (groups >= groups_per_tile) (small ? kTiles.four : kTiles.three)[nb](a, r, b);
         else
           for (size_t g = 0; g < groups; ++g) kTiles.one[nb](a, r + g * G, b);
       }
