@@ -149,8 +149,10 @@ void Forward::gemms(std::span<const GemmJob> jobs) {
     // Guided split: each chunk is a share of the work still left in the whole job, so
     // the first chunks are long runs the prefetchers stream well and the last ones are
     // short, and the threads reach the barrier together. Rows come in whole 16-row
-    // packed groups (48 for the 6-row float prefill tiles), at least ~32 KiB of weights.
-    const size_t align = w.packed ? 16 : 48;
+    // packed groups, at least ~32 KiB of weights; float weights in 48 (three packed
+    // groups, the packed float prefill tile; six rows, the file layout's).
+    const bool float_w = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+    const size_t align = w.packed && !float_w ? 16 : 48;
     const size_t row_work = w.cols * j.B;
     const size_t min_rows = std::max<size_t>(align, ((32u << 10) / std::max<size_t>(w.row_bytes, 1) + align - 1) / align * align);
     for (size_t r0 = 0; r0 < w.rows;) {

@@ -74,22 +74,22 @@ void tile(const GemmArgs& a, size_t r, size_t b) {
   }
 }
 
-constexpr int kMaxNb = 8;
+constexpr int kMaxNb = 8, kMaxNg = 4;
 using TileFn = void (*)(const GemmArgs&, size_t, size_t);
 
-// tile<T, NG, nb> for nb = 1..kMaxNb, by nb.
+// tile<T, ng, nb> as by_shape[ng][nb], ng = 1..kMaxNg, nb = 1..kMaxNb.
 template <TensorType T, int NG, int... Nbs>
 constexpr void fill(TileFn* out, std::integer_sequence<int, Nbs...>) {
   ((out[Nbs + 1] = &tile<T, NG, Nbs + 1>), ...);
 }
 template <TensorType T>
 struct Tiles {
-  TileFn one[kMaxNb + 1] = {}, three[kMaxNb + 1] = {}, four[kMaxNb + 1] = {};
-  constexpr Tiles() {
-    fill<T, 1>(one, std::make_integer_sequence<int, kMaxNb>{});
-    fill<T, 3>(three, std::make_integer_sequence<int, kMaxNb>{});
-    fill<T, 4>(four, std::make_integer_sequence<int, 3>{});
+  TileFn by_shape[kMaxNg + 1][kMaxNb + 1] = {};
+  template <int... Ngs>
+  constexpr void fill_all(std::integer_sequence<int, Ngs...>) {
+    (fill<T, Ngs + 1>(by_shape[Ngs + 1], std::make_integer_sequence<int, kMaxNb>{}), ...);
   }
+  constexpr Tiles() { fill_all(std::make_integer_sequence<int, kMaxNg>{}); }
 };
 
 // Decode and small batches (up to 3 rows: bandwidth bound) take 4 groups per tile, 4
@@ -108,12 +108,10 @@ void run(const GemmArgs& a) {
   for (size_t b0 = 0; b0 < a.n_batch; b0 += block) {
     const size_t b1 = b0 + block < a.n_batch ? b0 + block : a.n_batch;
     for (size_t r = a.r0; r < a.r1; r += groups_per_tile * G) {
-      const size_t groups = (a.r1 - r + G - 1) / G;
+      const size_t left = (a.r1 - r + G - 1) / G, ng = left < groups_per_tile ? left : groups_per_tile;
       for (size_t b = b0; b < b1; b += nb_tile) {
         const size_t nb = b1 - b < nb_tile ? b1 - b : nb_tile;
-        if (groups >= groups_per_tile) (small ? kTiles.four : kTiles.three)[nb](a, r, b);
-        else
-          for (size_t g = 0; g < groups; ++g) kTiles.one[nb](a, r + g * G, b);
+        kTiles.by_shape[ng][nb](a, r, b);
       }
     }
   }
