@@ -121,6 +121,11 @@ struct Ops {
   // One row of a selective-scan state (Mamba-2's h, one head dimension over d_state = n):
   // h[j] = h[j] * decay + x_dt * B[j], then returns sum_j h[j] * C[j] over the new h.
   float (*ssm_update)(float* h, const float* B, const float* C, float decay, float x_dt, size_t n);
+  // ssm_update on the `rows` consecutive state rows of one head (h: rows x n) sharing B,
+  // C and decay, row i with x_dt = x[i] * dt; y[i] gets its sum. Each row's h and y are
+  // bit for bit what ssm_update gives it.
+  void (*ssm_update_rows)(float* h, const float* B, const float* C, float decay, float dt, const float* x, float* y,
+                          size_t rows, size_t n);
 };
 
 // Writes rows [r0, r1) (r0 a multiple of 16) of a file-layout weight of `type` into the

@@ -3,7 +3,9 @@
 // over many steps so that an error carried in the state would grow.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -50,6 +52,34 @@ TEST(SsmUpdate, EveryIsaMatchesFloat64AndScalarOverManySteps) {
       }
       EXPECT_LT(worst_y, 1e-6);  // relative to the sum of |terms|: float rounding only
       EXPECT_LT(worst_h, 1e-5);  // 20 steps of float rounding against float64
+    }
+  }
+}
+
+// A head's rows at once give each row exactly ssm_update's state and sum (the forward
+// pass relies on it: decode and prefill take the same path, and tests elsewhere compare
+// against llama.cpp through it), for row counts around the kernels' groups of four.
+TEST(SsmUpdate, RowsOfAHeadAreBitForBitTheRowKernel) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), decay_d(0.0f, 1.0f);
+  for (Isa isa : available_isas()) {
+    const Ops& t = *ops_for(isa);
+    for (size_t n : {size_t{1}, size_t{17}, size_t{64}, size_t{129}}) {
+      for (size_t rows : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{9}}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) + " rows=" + std::to_string(rows));
+        std::vector<float> h(rows * n), B(n), C(n), x(rows), y(rows, NAN);
+        for (float& v : h) v = u(rng);
+        for (size_t j = 0; j < n; ++j) B[j] = u(rng), C[j] = u(rng);
+        for (float& v : x) v = u(rng);
+        const float decay = decay_d(rng), dt = decay_d(rng);
+        std::vector<float> h_rows = h;
+        t.ssm_update_rows(h_rows.data(), B.data(), C.data(), decay, dt, x.data(), y.data(), rows, n);
+        for (size_t r = 0; r < rows; ++r) {
+          const float want = t.ssm_update(h.data() + r * n, B.data(), C.data(), decay, x[r] * dt, n);
+          EXPECT_EQ(std::bit_cast<uint32_t>(y[r]), std::bit_cast<uint32_t>(want)) << "row " << r;
+        }
+        for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(h_rows[i]), std::bit_cast<uint32_t>(h[i])) << i;
+      }
     }
   }
 }

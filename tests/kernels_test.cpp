@@ -109,7 +109,7 @@ TEST(Dispatch, EveryTableFillsEveryEntry) {
         (const void*)t.bf16_to_f32,   (const void*)t.f32_to_bf16,    (const void*)t.layernorm,
         (const void*)t.gelu,          (const void*)t.packed_bytes,   (const void*)t.prepared_bytes,
         (const void*)t.prepare,       (const void*)t.exp_sum,        (const void*)t.pv,
-        (const void*)t.ssm_update};
+        (const void*)t.ssm_update,    (const void*)t.ssm_update_rows};
     for (size_t i = 0; i < std::size(entries); ++i) EXPECT_NE(entries[i], nullptr) << isa_name(isa) << " entry " << i;
   }
 }

@@ -231,6 +231,11 @@ float ssm_update(float* h, const float* B, const float* C, float decay, float x_
   return sum;
 }
 
+void ssm_update_rows(float* h, const float* B, const float* C, float decay, float dt, const float* x, float* y,
+                     size_t rows, size_t n) {
+  for (size_t i = 0; i < rows; ++i) y[i] = ssm_update(h + i * n, B, C, decay, x[i] * dt, n);
+}
+
 // Weights stay in the file layout and gemm takes float activations.
 size_t no_packing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
@@ -259,6 +264,7 @@ const Ops kScalarOps = {
     .exp_sum = exp_sum,
     .pv = pv,
     .ssm_update = ssm_update,
+    .ssm_update_rows = ssm_update_rows,
 };
 
 }  // namespace

@@ -89,6 +89,40 @@ struct VectorOps {
     return V::hsum(s0 + s1);
   }
 
+  // Four rows at a time, each with ssm_update's own operations in its own registers: B
+  // and C are loaded once for the four, and four independent chains hide the FMA latency
+  // that a lone row's single chain waited on (per-row calls: 11% of mamba2-1b F16 pp).
+  static void ssm_update_rows(float* h, const float* B, const float* C, float decay, float dt, const float* x,
+                              float* y, size_t rows, size_t n) {
+    constexpr size_t R = 4;
+    const F dv = V::set1(decay);
+    size_t r = 0;
+    for (; r + R <= rows; r += R) {
+      F xv[R], s0[R], s1[R];
+      for (size_t q = 0; q < R; ++q) xv[q] = V::set1(x[r + q] * dt), s0[q] = F{}, s1[q] = F{};
+      float* hr = h + r * n;
+      size_t i = 0;
+      for (; i + W <= n; i += W) {
+        const F b = V::load(B + i), c = V::load(C + i);
+        for (size_t q = 0; q < R; ++q) {
+          const F hv = V::fmadd(V::load(hr + q * n + i), dv, xv[q] * b);
+          V::store(hr + q * n + i, hv);
+          s0[q] = V::fmadd(hv, c, s0[q]);
+        }
+      }
+      if (i < n) {
+        const F b = V::load_tail(B + i, n - i), c = V::load_tail(C + i, n - i);
+        for (size_t q = 0; q < R; ++q) {
+          const F hv = V::fmadd(V::load_tail(hr + q * n + i, n - i), dv, xv[q] * b);
+          V::store_tail(hr + q * n + i, hv, n - i);
+          s1[q] = V::fmadd(hv, c, s1[q]);
+        }
+      }
+      for (size_t q = 0; q < R; ++q) y[r + q] = V::hsum(s0[q] + s1[q]);
+    }
+    for (; r < rows; ++r) y[r] = ssm_update(h + r * n, B, C, decay, x[r] * dt, n);
+  }
+
   static void softmax(float* x, size_t n) {
     if (n == 0) return;
     F mv = V::set1(-__builtin_inff());
@@ -240,6 +274,7 @@ constexpr Ops vector_table(const IsaEntries& e) {
       .exp_sum = K::exp_sum,
       .pv = e.pv,
       .ssm_update = K::ssm_update,
+      .ssm_update_rows = K::ssm_update_rows,
   };
 }
 

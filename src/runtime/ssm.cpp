@@ -62,7 +62,8 @@ void scan(const Scan& s, size_t n, size_t h0, size_t h1) {
       const float* B = s.B + t * s.ld + g * ds;
       const float* C = s.C + t * s.ld + g * ds;
       float* y = s.y + t * s.ld_y + h * hd;
-      for (size_t i = 0; i < hd; ++i) y[i] = ops.ssm_update(state + i * ds, B, C, decay, x[i] * dt, ds) + s.D[h] * x[i];
+      ops.ssm_update_rows(state, B, C, decay, dt, x, y, hd, ds);
+      for (size_t i = 0; i < hd; ++i) y[i] += s.D[h] * x[i];
     }
   }
 }
