@@ -9,5 +9,8 @@ void gemm(const GemmArgs& a);
 void gemm_packed(const GemmArgs& a);
 // Packed float weights (F32/F16/BF16, gemm_float_packed.cpp).
 void gemm_float_packed(const GemmArgs& a);
+// Quantized weights in the file's layout (gemm_file_vnni.cpp); false (nothing done) for
+// the types and widths it does not take.
+bool gemm_file_vnni(const GemmArgs& a);
 
 }  // namespace kiln::kernels::avx512
