@@ -286,8 +286,10 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
   if (r0 % G != 0 || k % record_elements(t) != 0) throw Error("pack_rows: misaligned rows or k");
   const size_t n_records = k / record_elements(t), gbytes = group_bytes(t, k);
   r1 = r1 < rows ? r1 : rows;
-  if (t == TensorType::F32) return pack_float_rows<uint32_t>(src, src_row_bytes, rows, k, r0, r1, dst);
-  if (t == TensorType::F16 || t == TensorType::BF16) return pack_float_rows<uint16_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+  if (is_float_type(t)) {
+    if (t == TensorType::F32) return pack_float_rows<uint32_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+    return pack_float_rows<uint16_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+  }
   for (size_t g0 = r0; g0 < r1; g0 += G) {
     const size_t n = (g0 + G <= rows ? G : rows - g0);
     uint8_t* group = static_cast<uint8_t*>(dst) + g0 / G * gbytes;

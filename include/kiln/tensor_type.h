@@ -26,6 +26,10 @@ const TypeInfo* type_info(uint32_t raw_type);
 inline const TypeInfo& type_info(TensorType t) { return *type_info(static_cast<uint32_t>(t)); }
 std::string type_name(TensorType t);
 std::optional<TensorType> type_from_name(const std::string& name);  // "f16", "BF16", ...
+// One float per element (F32, F16, BF16): no blocks, no scales.
+constexpr bool is_float_type(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+}
 
 // IEEE half and bfloat16 <-> float, exact and portable (SIMD versions live in kernels/).
 inline float fp16_to_f32(uint16_t h) {

@@ -33,10 +33,6 @@ float weight_at(TensorType type, const char* row, size_t i) {
   }
 }
 
-bool is_float_type(TensorType t) {
-  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
-}
-
 // Weight types that can be quantized weights (Q8_K is only an activation format).
 bool is_weight_quant(TensorType t) {
   const ref::QuantTraits* q = ref::quant_traits(t);

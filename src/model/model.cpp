@@ -234,15 +234,14 @@ void Model::pack_weights() {
   const kernels::Ops& ops = kernels::ops();
   std::vector<WeightView*> todo;
   // Float matrices move too, packed where the kernels take them so (AVX-512) and as they
-  // are otherwise: from the file's 4 KiB pages into the huge-page arena. Decode streams every weight once per token, and on 4 KiB pages that
-  // costs a page walk per 4 KiB (F16 1.1B tg at 2 threads measured 4.3-5.5 -> 11.6 tok/s
+  // are otherwise: from the file's 4 KiB pages into the huge-page arena. Decode streams
+  // every weight once per token, and on 4 KiB pages that costs a page walk per 4 KiB (F16 1.1B tg at 2 threads measured 4.3-5.5 -> 11.6 tok/s
   // under the same load).
-  const auto is_float = [](TensorType t) { return t == TensorType::F16 || t == TensorType::F32 || t == TensorType::BF16; };
   // Whether the kernels take a matrix in their packed layout; float matrices they do not
   // take so are copied as they are.
   const auto packs = [&](const WeightView& w) { return ops.packed_bytes(w.type, w.rows, w.cols) > 0; };
   const auto bytes_of = [&](const WeightView& w) -> size_t {
-    return packs(w) ? ops.packed_bytes(w.type, w.rows, w.cols) : is_float(w.type) ? w.rows * w.row_bytes : 0;
+    return packs(w) ? ops.packed_bytes(w.type, w.rows, w.cols) : is_float_type(w.type) ? w.rows * w.row_bytes : 0;
   };
   const auto consider = [&](WeightView& w) {
     if (w && w.info && bytes_of(w) > 0) todo.push_back(&w);

@@ -24,8 +24,6 @@ constexpr uint64_t kChunkValues = 1 << 16;
 // Below this many values per thread, extra threads cost more than they save.
 constexpr uint64_t kMinValuesPerThread = 1 << 15;
 
-bool is_float(TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16; }
-
 // n values of a float tensor starting at value `first` -> out.
 void to_f32(const gguf::TensorInfo& t, uint64_t first, uint64_t n, float* out) {
   switch (t.type) {
@@ -34,7 +32,7 @@ void to_f32(const gguf::TensorInfo& t, uint64_t first, uint64_t n, float* out) {
     case TensorType::BF16: kernels::ops().bf16_to_f32(reinterpret_cast<const uint16_t*>(t.data) + first, out, n); return;
     default: break;
   }
-  throw Error("tensor '" + t.name + "': cannot read " + type_name(t.type) + " as floats");  // is_float was checked
+  throw Error("tensor '" + t.name + "': cannot read " + type_name(t.type) + " as floats");  // is_float_type was checked
 }
 
 uint64_t bytes_of(TensorType type, uint64_t row_length, uint64_t rows) {
@@ -162,7 +160,7 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
     std::vector<uint8_t> bytes;
     if (c.type == t.type) {
       bytes.assign(t.data, t.data + t.n_bytes);
-    } else if (!is_float(t.type)) {
+    } else if (!is_float_type(t.type)) {
       throw Error(input + ": tensor '" + t.name + "' is " + type_name(t.type) +
                   "; quantize from an F32, F16 or BF16 model");
     } else {

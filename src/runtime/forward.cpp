@@ -151,8 +151,7 @@ void Forward::gemms(std::span<const GemmJob> jobs) {
     // short, and the threads reach the barrier together. Rows come in whole 16-row
     // packed groups, at least ~32 KiB of weights; float weights in 48 (three packed
     // groups, the packed float prefill tile; six rows, the file layout's).
-    const bool float_w = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
-    const size_t align = w.packed && !float_w ? 16 : 48;
+    const size_t align = w.packed && !is_float_type(w.type) ? 16 : 48;
     const size_t row_work = w.cols * j.B;
     const size_t min_rows = std::max<size_t>(align, ((32u << 10) / std::max<size_t>(w.row_bytes, 1) + align - 1) / align * align);
     for (size_t r0 = 0; r0 < w.rows;) {

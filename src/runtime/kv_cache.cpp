@@ -76,7 +76,7 @@ std::string KvCache::type_label(TensorType t) {
 }
 
 bool KvCache::is_one_value(TensorType t) {
-  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+  return is_float_type(t);
 }
 
 size_t KvCache::row_bytes(TensorType t, size_t n) {

@@ -12,13 +12,11 @@ void pv(const PvArgs& a);  // pv.cpp
 
 namespace {
 
-bool is_float(TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16; }
-
 // This table also packs float weights (kernels/packed.h): gemm_float_packed reads them.
 constexpr Ops make_ops() {
   Ops o = x86::vector_table<Vec>({.isa = Isa::avx512, .gemm = gemm, .pv = pv});
   o.packed_bytes = [](TensorType t, size_t rows, size_t k) -> size_t {
-    return is_float(t) ? packed::tensor_bytes(t, rows, k) : x86::PackedActivations<Vec>::packed_bytes(t, rows, k);
+    return is_float_type(t) ? packed::tensor_bytes(t, rows, k) : x86::PackedActivations<Vec>::packed_bytes(t, rows, k);
   };
   return o;
 }
