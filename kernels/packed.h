@@ -43,7 +43,7 @@
 //         0..7 is the file's q + 4                        288 + 8 x 192 = 1824 bytes
 //   Q2_K: d[16] | dmin[16] | scm[8][16][2] u8 (the file's scales byte, sc | m << 4, of
 //         sub-blocks 2P, 2P+1) | 16 crumb vectors                          = 1344 bytes
-// Float weights (F32, F16, BF16; read packed by the AVX-512 table only): one record per
+// Float weights (F32, F16, BF16; kernels/x86/gemm_float_packed.h): one record per
 // element of k, the 16 rows' values of that column in the file's type (16 x 4 or 16 x 2
 // bytes). A gemm multiplies a record by one broadcast activation into 16 outputs: every
 // output is one FMA chain over k in order, and no horizontal sums remain.

@@ -1,5 +1,5 @@
-// AVX2 gemm: float weights by kernels/x86/gemm_float.h over 8 lanes and 16 registers,
-// packed quantized weights by gemm_packed.cpp (or gemm_packed_vnni.cpp for the avxvnni
+// AVX2 gemm: float weights by kernels/x86/gemm_float.h over 8 lanes and 16 registers
+// (packed ones by gemm_float_packed.cpp), packed quantized weights by gemm_packed.cpp (or gemm_packed_vnni.cpp for the avxvnni
 // table), Q8_0/Q4_0/Q4_K/Q6_K in the file's layout by gemm_quant.cpp, MXFP4 by
 // gemm_mxfp4.cpp, other quantized weights by the scalar reference.
 #include "kernels/kernels.h"
@@ -21,7 +21,7 @@ using FloatGemm = x86::FloatGemm<Vec, kShape>;
 
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
-  if (a.w_packed) return gemm_packed(a);
+  if (a.w_packed) return is_float_type(a.w_type) ? gemm_float_packed(a) : gemm_packed(a);
   if (gemm_quant(a) || gemm_mxfp4(a)) return;
   if (!FloatGemm::run(a)) scalar_ops().gemm(a);
 }
@@ -30,7 +30,7 @@ void gemm(const GemmArgs& a) {
 // The avxvnni table's gemm: only packed weights have integer kernels to speed up; the
 // rest is the avx2 table's.
 void gemm_vnni(const GemmArgs& a) {
-  if (a.w_packed) return gemm_packed_vnni(a);
+  if (a.w_packed && !is_float_type(a.w_type)) return gemm_packed_vnni(a);
   gemm(a);
 }
 #endif

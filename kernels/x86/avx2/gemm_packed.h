@@ -13,6 +13,8 @@ void gemm(const GemmArgs& a);
 bool gemm_quant(const GemmArgs& a);
 // Plain AVX2: integer dots by vpmaddubsw + vpmaddwd (gemm_packed.cpp).
 void gemm_packed(const GemmArgs& a);
+// Packed float weights (F32/F16/BF16, gemm_float_packed.cpp).
+void gemm_float_packed(const GemmArgs& a);
 // MXFP4 weights in the file's layout (gemm_mxfp4.cpp); false: not MXFP4 or k too long,
 // nothing done.
 bool gemm_mxfp4(const GemmArgs& a);
