@@ -50,7 +50,8 @@ inline float block_scale(const uint8_t* blk) {
 // The scales of a run of 8 blocks spread over 16 lanes (block s in lanes 2s, 2s+1, as the
 // interleaved sums lie), picked out of the run's first bytes by 16-bit permutes: every
 // scale starts at an even offset but MXFP4's odd blocks (17 bytes), whose byte is the
-// high half of its word. A gather of the 8 words cost as much as the dot products.
+// high half of its word. Measured no faster here than a vpgatherdd of the 8 words (nor
+// than building them in 64-bit integer registers); kept for CPUs with slow gathers.
 template <TensorType T>
 inline __m512 run_scales16(const uint8_t* w8) {
   const __m512i bytes0 = _mm512_loadu_si512(w8), bytes64 = _mm512_loadu_si512(w8 + 64);
@@ -87,6 +88,9 @@ inline __m512 run_scales16(const uint8_t* w8) {
 
 using x86::prefetch_ahead;
 
+// MXFP4 code -> doubled E2M1 value (kMxfp4Values) + 12, in 0..24: a vpshufb table.
+inline __m128i mxfp4_unsigned_values() { return _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0); }
+
 // The unsigned weights of blocks A and B (B may be absent: zeros), 32 bytes each.
 template <TensorType T>
 inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
@@ -102,9 +106,8 @@ inline __m512i weight_pair(const uint8_t* a, const uint8_t* b) {
     const __m256i mask = _mm256_set1_epi8(0x0f);
     __m256i lo = _mm256_and_si256(both, mask), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
     if constexpr (T == TensorType::MXFP4) {
-      // Codes -> doubled E2M1 value + 12, in 0..24 (an absent block's zeros become 12s
-      // against zero activations: nothing).
-      const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+      // An absent block's zeros become 12s against zero activations: nothing.
+      const __m256i table = _mm256_broadcastsi128_si256(mxfp4_unsigned_values());
       lo = _mm256_shuffle_epi8(table, lo);
       hi = _mm256_shuffle_epi8(table, hi);
     }
@@ -144,6 +147,7 @@ inline __m512i run_dot(const __m512i* wv, const int8_t* x) {
   for (int v = 1; v < 4; ++v) sum = _mm512_dpbusd_epi32(sum, wv[v], _mm512_loadu_si512(x + 64 * v));
   return sum;
 }
+
 // The unsigned weights of a run of 8 blocks in the interleaved order.
 template <TensorType T>
 inline void weight_run(const uint8_t* w8, __m512i* wv) {
@@ -177,8 +181,8 @@ inline void weight_run(const uint8_t* w8, __m512i* wv) {
     const __m512i z0 = four(w8), z1 = four(w8 + 4 * B);
     __m512i lo0 = _mm512_and_si512(z0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
     __m512i lo1 = _mm512_and_si512(z1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
-    if constexpr (T == TensorType::MXFP4) {  // codes -> doubled E2M1 value + 12, in 0..24
-      const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    if constexpr (T == TensorType::MXFP4) {
+      const __m512i table = _mm512_broadcast_i32x4(mxfp4_unsigned_values());
       lo0 = _mm512_shuffle_epi8(table, lo0), hi0 = _mm512_shuffle_epi8(table, hi0);
       lo1 = _mm512_shuffle_epi8(table, lo1), hi1 = _mm512_shuffle_epi8(table, hi1);
     }
