@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "kiln/gguf.h"
+#include "kiln/model.h"
 #include "kiln/tokenizer.h"
 #include "model_gen/generate_model.h"
 #include "sha256.h"
@@ -101,15 +102,21 @@ TEST(MoePerplexity, MatchesLlamaPerplexityInF32AndQuantized) {
     }
     EXPECT_EQ(tensor_digest(model), ref.digest) << "not the tensors llama.cpp scored";
     // MXFP4 experts have an integer kernel per table: each SIMD table this machine runs
-    // scores them (the default one for the other files).
-    std::vector<std::string> isas = {""};
-    if (ref.preset == "MXFP4_MOE")
+    // scores them (the default one for the other files). The others are scored twice:
+    // experts read from the file's layout, and repacked (--repack-experts: the packed
+    // kernels, which the dense matrices use).
+    std::vector<std::string> runs = {""};
+    if (ref.preset == "MXFP4_MOE") {
       for (kiln::kernels::Isa isa : kiln::kernels::available_isas())
-        if (isa != kiln::kernels::Isa::scalar) isas.push_back(kiln::kernels::isa_name(isa));
-    for (const std::string& isa : isas) {
-      SCOPED_TRACE("KILN_ISA=" + isa);
-      auto r = run_command((isa.empty() ? "" : "KILN_ISA=" + isa + " ") + shell_quote(kiln_binary()) + " perplexity " +
-                           shell_quote(model) + " -f " + shell_quote(story) + " -c 64 -t 2");
+        if (isa != kiln::kernels::Isa::scalar) runs.push_back(std::string("KILN_ISA=") + kiln::kernels::isa_name(isa) + " ");
+    } else {
+      runs.push_back("--repack-experts");
+    }
+    for (const std::string& run : runs) {
+      SCOPED_TRACE(run);
+      const bool flag = run.starts_with("--");
+      auto r = run_command((flag ? "" : run) + shell_quote(kiln_binary()) + " perplexity " + shell_quote(model) + " -f " +
+                           shell_quote(story) + " -c 64 -t 2" + (flag ? " " + run : ""));
       ASSERT_EQ(r.exit_code, 0) << r.err;
       double ppl = 0, err = 0;
       ASSERT_EQ(std::sscanf(trim(r.out).c_str(), "PPL = %lf +/- %lf", &ppl, &err), 2) << r.out;
@@ -117,6 +124,30 @@ TEST(MoePerplexity, MatchesLlamaPerplexityInF32AndQuantized) {
       EXPECT_NEAR(err, ref.err, ref.err * 5 * tolerance(ref.preset));
     }
   }
+}
+
+// --repack-experts really moves the experts: every expert matrix of a type the kernels
+// pack is marked packed (without the flag they stay in the file's layout); the perplexity
+// test above scores the numbers they give.
+TEST(MoePerplexity, RepackExpertsPacksEveryExpert) {
+  const std::string f32 = reference_file("mixtral-tiny", false);
+  const std::string q8 = f32.substr(0, f32.size() - 5) + "-repack-Q8_0.gguf";
+  auto q = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(f32) + " " + shell_quote(q8) + " Q8_0 --quiet");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  kiln::LoadParams mapped, repacked;
+  repacked.repack_experts = true;
+  const auto a = kiln::Model::load(q8, mapped), b = kiln::Model::load(q8, repacked);
+  size_t n_experts = 0;
+  for (size_t l = 0; l < b->layers.size(); ++l)
+    for (auto member : {&kiln::LayerWeights::gate_exps, &kiln::LayerWeights::up_exps, &kiln::LayerWeights::down_exps})
+      for (size_t e = 0; e < (b->layers[l].*member).size(); ++e) {
+        const kiln::WeightView &w = (b->layers[l].*member)[e], &v = (a->layers[l].*member)[e];
+        if (kiln::kernels::ops().packed_bytes(w.type, w.rows, w.cols) == 0) continue;
+        EXPECT_TRUE(w.packed) << "layer " << l << " expert " << e;
+        EXPECT_FALSE(v.packed) << "layer " << l << " expert " << e;
+        ++n_experts;
+      }
+  if (n_experts == 0) GTEST_SKIP() << "the kernels of this machine pack no Q8_0 matrix";
 }
 
 }  // namespace

@@ -166,6 +166,10 @@ struct LoadParams {
   // Copy the matrices into the kernels' preferred layout in huge pages (faster tokens,
   // slower load); false keeps them in the file mapping, as does KILN_PACK=0.
   bool repack = true;
+  // Also copy every expert matrix into that layout (MoE files). Off by default: all the
+  // experts' bytes then live in memory twice over while loading, and resident memory holds
+  // every expert, not just the pages the routing has touched; decode reads them faster.
+  bool repack_experts = false;
   // Called once everything the loader reads at load has been read, right before the file
   // is checked for changes since it was opened (gguf::File::check_unchanged). Tests
   // change the file here.
@@ -220,7 +224,7 @@ class Model {
   WeightView weight(const std::string& name, std::vector<uint64_t> expect_dims, bool required = true) const;
 
  private:
-  void pack_weights();
+  void pack_weights(bool experts);
   uint64_t hash_weights() const;
 
   // One anonymous mapping holds every packed weight (huge pages where the OS allows).

@@ -41,7 +41,7 @@ struct BenchOptions {
   bool roofline = false;
   int32_t roofline_mib = 0;  // 0: roofline_buffer_bytes()
   RopeOptions rope;
-  bool no_repack = false;
+  RepackFlags repack;
   std::vector<std::string> type_k{"f16"}, type_v{"f16"}, flash{"auto"};
   std::vector<int32_t> depth{0};
   std::vector<int32_t> n_parallel;  // -np: tg rows decode this many sequences after a shared prefix
@@ -123,7 +123,7 @@ int bench(BenchOptions& o) {
   if (o.reps < 1) throw UsageError("-r must be at least 1");
   if (o.threads.empty()) o.threads.push_back(physical_core_count());
   const std::string path = resolve_model_path(o.model);
-  auto model = load_model(path, !o.no_repack);
+  auto model = load_model(path, o.repack);
   const ModelConfig& c = model->config();
   const std::string model_type = c.arch + " " + size_label(model->n_params()) + " " + type_name(c.weight_type);
   const uint64_t model_bytes = model->weight_bytes();
@@ -137,7 +137,7 @@ int bench(BenchOptions& o) {
     p.draft_max = std::max(k, 1);
     validate(p);
   }
-  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, !o.no_repack);
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, o.repack);
 
   // --roofline: the read bandwidth is measured right before each tg repetition (the
   // machine's bandwidth drifts with its neighbours' load, so a figure taken minutes apart
@@ -407,7 +407,7 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"contiguous", "paged"}, CLI::ignore_case));
   cmd->add_option("--kv-block", o->kv_block, "Positions per block of the paged KV layout")->check(CLI::Range(1, 1024));
   add_speculative_options(*cmd, o->spec, &o->n_draft);
-  add_repack_flag(*cmd, o->no_repack);
+  add_repack_flags(*cmd, o->repack);
   cmd->add_flag("--no-kv-cache", o->no_kv_cache, "Also run generation recomputing the whole sequence every token");
   cmd->add_flag("--roofline", o->roofline,
                 "Measure this machine's memory read bandwidth (same threads) before each tg repetition and give each tg "

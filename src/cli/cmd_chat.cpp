@@ -34,7 +34,7 @@ int chat(ChatOptions& o) {
   validate(o.gen.sampling);
   spec_type(o.spec);
   const std::string model_path = resolve_model_path(o.model.model);
-  auto model = load_model(model_path, !o.model.no_repack);
+  auto model = load_model(model_path, o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model, *model));
   Sampler sampler(o.gen.sampling, model->config().n_vocab);
@@ -42,7 +42,7 @@ int chat(ChatOptions& o) {
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
   generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
-  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, !o.model.no_repack);
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, o.model.repack);
   const Speculation speculation = make_speculation(o.spec, draft_model.get(), session, o.model, o.gen.sampling);
   speculation.attach(generator);
   std::string template_origin;

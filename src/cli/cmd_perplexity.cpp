@@ -67,7 +67,7 @@ int perplexity(PerplexityOptions& o) {
   const int32_t n_ctx = o.model.n_ctx;
   if (n_ctx < 4) throw UsageError("context (-c) must be at least 4 tokens for perplexity");
 
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
+  auto model = load_model(resolve_model_path(o.model.model), o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   const bool add_bos = tok.vocab().add_bos && tok.bos() >= 0;
   std::vector<int32_t> tokens = tok.encode(text, add_bos);
@@ -120,7 +120,7 @@ int perplexity_stream(PerplexityOptions& o) {
   if (o.file.empty()) throw UsageError("perplexity needs a text file: -f FILE");
   if (!o.kld_base.empty() || o.n_chunks > 0) throw UsageError("--stream scores the whole text: no --chunks or --kl-divergence-base");
   const std::string text = read_text_file(o.file);
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
+  auto model = load_model(resolve_model_path(o.model.model), o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   const std::vector<int32_t> tokens = tok.encode(text, tok.vocab().add_bos && tok.bos() >= 0);
   if (tokens.size() < 2) throw Error(o.file + ": fewer than 2 tokens, nothing to score");
@@ -171,7 +171,7 @@ int kl_divergence(PerplexityOptions& o) {
     throw Error(path + ": made with a context of " + std::to_string(h.n_ctx) + ", not -c " +
                 std::to_string(o.model.n_ctx) + " (leave -c out to use the file's)");
   o.model.n_ctx = (int32_t)h.n_ctx;
-  auto model = load_model(resolve_model_path(o.model.model), !o.model.no_repack);
+  auto model = load_model(resolve_model_path(o.model.model), o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   const size_t n_vocab = model->config().n_vocab;
   if (n_vocab != h.n_vocab)

@@ -91,7 +91,7 @@ int run(RunOptions& o) {
     throw UsageError("--parallel and speculative decoding (-md, --spec-type) do not go together");
   kv_eviction(o.gen, 1 << 30);  // flags checked against each other before loading; budget below
   const std::string model_path = resolve_model_path(o.model.model);
-  auto model = load_model(model_path, !o.model.no_repack, o.tokenizer_file);
+  auto model = load_model(model_path, o.model.repack, o.tokenizer_file);
   const Tokenizer& tok = model->tokenizer();
   if (!o.chat && (!o.system.empty() || !o.chat_template.name.empty() || !o.chat_template.file.empty()))
     throw UsageError("--system and --chat-template apply with --chat (-cnv)");
@@ -101,7 +101,7 @@ int run(RunOptions& o) {
   Generator generator(session, tok, sampler);
   generator.set_ignore_eos(o.gen.ignore_eos);
   generator.set_kv_eviction(kv_eviction(o.gen, session.n_ctx()));
-  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, !o.model.no_repack);
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, model_path, o.model.repack);
   const Speculation speculation = make_speculation(o.spec, draft_model.get(), session, o.model, o.gen.sampling);
   speculation.attach(generator);
 

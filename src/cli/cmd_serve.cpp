@@ -103,11 +103,11 @@ int serve(ServeOptions& o) {
   } joiner{done, signal_thread};
   http.start();
 
-  auto model = load_model(path, !o.model.no_repack);
+  auto model = load_model(path, o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_params(o.model, *model));
   // The draft model's session: paged like the target's, one sequence per running request.
-  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, !o.model.no_repack);
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, o.model.repack);
   std::unique_ptr<Session> draft_session;
   if (draft_model) {
     SessionParams dp = session_params(o.model, *draft_model);

@@ -74,7 +74,7 @@ void add_runtime_options(CLI::App& app, ModelOptions& opts) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--swa-full", opts.swa_full,
                "Keep a full-size, masked KV cache for sliding-window layers instead of a ring of window + batch slots");
-  add_repack_flag(app, opts.no_repack);
+  add_repack_flags(app, opts.repack);
   add_rope_options(app, opts.rope);
 }
 
@@ -138,9 +138,18 @@ RopeParams rope_params(const RopeOptions& o) {
   return p;
 }
 
-void add_repack_flag(CLI::App& app, bool& no_repack) {
-  app.add_flag("--no-repack", no_repack,
+LoadParams RepackFlags::load_params() const {
+  LoadParams p;
+  p.repack = !no_repack;
+  p.repack_experts = repack_experts;
+  return p;
+}
+
+void add_repack_flags(CLI::App& app, RepackFlags& flags) {
+  app.add_flag("--no-repack", flags.no_repack,
                "Keep the weights in the file mapping: faster load, slower tokens (no interleaved layout, no huge pages)");
+  app.add_flag("--repack-experts", flags.repack_experts,
+               "MoE: repack every expert too (faster tokens; all experts resident in memory, slower load)");
 }
 
 void add_sampling_options(CLI::App& app, GenerationOptions& g) {
@@ -281,10 +290,9 @@ std::string resolve_model_path(const std::string& given) {
   throw UsageError("no model given and the default " + rel + " is missing (run ./scripts/setup)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool repack, const std::string& tokenizer_file) {
+std::unique_ptr<Model> load_model(const std::string& path, const RepackFlags& repack, const std::string& tokenizer_file) {
   const auto t0 = std::chrono::steady_clock::now();
-  LoadParams params;
-  params.repack = repack;
+  const LoadParams params = repack.load_params();
   std::unique_ptr<Model> model;
   if (!tokenizer_file.empty() && Model::is_llama2c(path)) {
     model = Model::load_llama2c(path, Tokenizer::from_file(tokenizer_file), params);

@@ -28,12 +28,19 @@ struct RopeOptions {
   float yarn_ext_factor = -1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
 };
 
+// --no-repack and --repack-experts as typed.
+struct RepackFlags {
+  bool no_repack = false;
+  bool repack_experts = false;
+  LoadParams load_params() const;
+};
+
 struct ModelOptions {
   std::string model;  // path to the GGUF
   int32_t n_ctx = 0;
   int32_t n_batch = 512;
   int32_t n_threads = 0;
-  bool no_repack = false;
+  RepackFlags repack;
   std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string flash_attn = "auto";
   int32_t swa_window = -1, swa_pattern = -1;  // -1: the model's
@@ -53,7 +60,7 @@ void add_rope_options(CLI::App& app, RopeOptions& opts);
 // --kv-layout contiguous|paged and --kv-block N (run, chat, perplexity).
 void add_kv_layout_options(CLI::App& app, ModelOptions& opts);
 KvLayout kv_layout(const std::string& name);  // "" is contiguous
-void add_repack_flag(CLI::App& app, bool& no_repack);
+void add_repack_flags(CLI::App& app, RepackFlags& flags);
 // --kv-evict none|shift|sink|h2o, --sink-tokens, --kv-budget as typed; kv_eviction() checks them.
 struct KvEvictionOptions {
   std::string policy;  // empty: what --context-shift says
@@ -115,7 +122,7 @@ bool looks_like_model(const std::string& arg);
 
 // `tokenizer_file` (--tokenizer), when given, replaces the GGUF's tokenizer; a llama2.c
 // checkpoint, which has none, needs it.
-std::unique_ptr<Model> load_model(const std::string& path, bool repack = true, const std::string& tokenizer_file = "");
+std::unique_ptr<Model> load_model(const std::string& path, const RepackFlags& repack = {}, const std::string& tokenizer_file = "");
 // Also logs the RoPE scaling in effect when there is some.
 SessionParams session_params(const ModelOptions& opts, const Model& model);
 // Throws UsageError naming the flag for a value that cannot work.

@@ -44,7 +44,7 @@ SpecType spec_type(const SpeculativeOptions& o) {
 }
 
 std::unique_ptr<Model> load_draft_model(const SpeculativeOptions& o, const Model& target, const std::string& target_path,
-                                        bool repack) {
+                                        const RepackFlags& repack) {
   if (spec_type(o) != SpecType::draft) return nullptr;
   std::unique_ptr<Model> draft = load_model(resolve_model_path(o.draft_model), repack);
   check_draft_vocabulary(target.tokenizer(), target_path, draft->tokenizer(), o.draft_model);

@@ -27,7 +27,7 @@ SpecType spec_type(const SpeculativeOptions& opts);
 // The -md draft model, its vocabulary checked against the target's (kiln::Error naming
 // both files); null when the flags ask for no draft model.
 std::unique_ptr<Model> load_draft_model(const SpeculativeOptions& opts, const Model& target,
-                                        const std::string& target_path, bool repack);
+                                        const std::string& target_path, const RepackFlags& repack);
 
 // What one target session drafts with: a session of the draft model like the target's
 // (context, threads, KV types, flash attention) and its drafter, or the n-gram drafter

@@ -133,7 +133,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
                 " tokens but token_embd.weight only " + std::to_string(c.n_vocab) + " rows");
 
   model->vocab_hash_ = vocab_hash(model->tokenizer_->vocab());
-  if (params.repack) model->pack_weights();
+  if (params.repack) model->pack_weights(params.repack_experts);
 
   std::map<TensorType, uint64_t> bytes_by_type;
   for (const auto& t : f.tensors())
@@ -228,7 +228,7 @@ Model::PackedArena::~PackedArena() {
 // Every matrix the kernels would rather read interleaved is copied into that layout once
 // (KILN_PACK=0 keeps every matrix in the file mapping, to measure the difference). The
 // file's pages of a moved matrix are then released: the copy replaces them.
-void Model::pack_weights() {
+void Model::pack_weights(bool experts) {
   const char* env = std::getenv("KILN_PACK");
   if (env && std::string(env) == "0") return;
   const kernels::Ops& ops = kernels::ops();
@@ -250,6 +250,10 @@ void Model::pack_weights() {
     for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ssm_in, &L.ssm_out, &L.gate_shexp,
                           &L.up_shexp, &L.down_shexp})
       consider(*w);
+  if (experts)
+    for (auto& L : layers)
+      for (auto* matrices : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        for (WeightView& w : *matrices) consider(w);
   consider(output);
   if (todo.empty()) return;
 
