@@ -114,6 +114,34 @@ TEST(ThreadPool, IdleWorkersDoNotSpin) {
   EXPECT_LT(cpu_s, 0.05) << "idle pool burned CPU";
 }
 
+// Workers waiting between runs fetch the hinted lines; the next run() drops what is left
+// of the hint, and a hint never changes what run() computes.
+TEST(ThreadPool, IdleWorkersPrefetchTheHintUntilTheNextRun) {
+  ThreadPool pool(2);
+  std::vector<uint8_t> weights(4 << 20, 1);
+  const ThreadPool::ByteRange ranges[2] = {{weights.data(), 1 << 20}, {weights.data() + (2 << 20), (1 << 20) + 1}};
+  bool consumed = false;
+  for (int attempt = 0; attempt < 20 && !consumed; ++attempt) {
+    pool.run([](int, int) {});  // the worker spins (rather than sleeps) right after a run
+    pool.prefetch_while_idle(ranges, 2);
+    EXPECT_LE(pool.idle_prefetch_pending(), (2u << 20) / 64 + 4);  // a line or two more where unaligned
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (pool.idle_prefetch_pending() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    consumed = pool.idle_prefetch_pending() == 0;
+  }
+  EXPECT_TRUE(consumed) << "no idle worker fetched the hinted lines";
+
+  pool.prefetch_while_idle(ranges, 2);
+  std::atomic<int> calls{0};
+  pool.run([&](int, int) { calls.fetch_add(1); });
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(pool.idle_prefetch_pending(), 0u);
+
+  ThreadPool alone(1);  // no workers: a hint is ignored
+  alone.prefetch_while_idle(ranges, 2);
+  EXPECT_EQ(alone.idle_prefetch_pending(), 0u);
+}
+
 TEST(ThreadPool, ConstructDestroyRepeatedly) {
   for (int i = 0; i < 200; ++i) {
     ThreadPool pool(1 + i % 4);

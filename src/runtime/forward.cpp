@@ -173,6 +173,26 @@ void Forward::gemms(std::span<const GemmJob> jobs) {
   });
 }
 
+// Between two matmuls of a decoding step the caller's thread runs a few µs alone (norms,
+// RoPE, the KV store, routing) while the other threads wait and memory is idle: they
+// fetch the first bytes of the next job meanwhile, its first tasks' share of each matrix.
+void Forward::prefetch_next(std::span<const WeightView* const> weights) {
+  static const size_t budget = [] {
+    const char* kb = std::getenv("KILN_PREFETCH_KB");
+    return size_t(kb ? std::max(0, std::atoi(kb)) : 1024) << 10;
+  }();
+  ThreadPool::ByteRange ranges[ThreadPool::kMaxHints];
+  size_t n = 0, left = budget;
+  const size_t first_tasks = std::max<size_t>(1, std::min(weights.size(), size_t(pool.size())));
+  for (const WeightView* w : weights) {
+    if (!w || !*w || n == ThreadPool::kMaxHints || left == 0) continue;
+    const size_t bytes = w->packed ? ops.packed_bytes(w->type, w->rows, w->cols) : w->rows * w->row_bytes;
+    ranges[n] = {w->data, std::min({bytes, budget / first_tasks, left})};
+    left -= ranges[n++].bytes;
+  }
+  pool.prefetch_while_idle(ranges, n);
+}
+
 void Forward::prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst) {
   if (B < 8 || pool.size() == 1) {
     ops.prepare(type, in, k, k, 0, B, dst);
@@ -232,6 +252,8 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
 
   for (size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = model.layers[l];
+    if (c.is_ssm(l)) prefetch_next({&L.ssm_in});
+    else prefetch_next({&L.wq, &L.wk, &L.wv});
     norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
 
     const size_t cl = cache_layer_[l];
@@ -239,6 +261,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
       ssm_mixer(L, l, spans, B);
     } else {
     matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
+    prefetch_next({&L.wo});
     add_bias(q.data(), L.bq, q_dim, B);
     add_bias(k.data(), L.bk, kv_dim, B);
     add_bias(v.data(), L.bv, kv_dim, B);
@@ -264,6 +287,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
         kv.store(cl, sp.seq, pos, &k[b * kv_dim], &v[b * kv_dim]);
       }
     attention.run(pool, cl, spans, q.data(), att.data(), static_cast<const float*>(L.attn_sinks.data));
+    prefetch_next({&L.wo});
     if (scores)
       accumulate_attention_scores({kv, spans[0].seq, cl, q.data(), c.n_heads, c.n_kv_heads, hd, pos0, B,
                                    attention.alibi_slopes().empty() ? nullptr : attention.alibi_slopes().data(),
@@ -272,6 +296,8 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
                                    static_cast<const float*>(L.attn_sinks.data)},
                                   ops, pool);
     matmul(L.wo, att.data(), xb.data(), B);
+    if (L.ffn_gate_inp) prefetch_next({&L.gate_shexp, &L.up_shexp, &L.ffn_gate_inp});
+    else prefetch_next({&L.w_gate, &L.w_up});
     add_bias(xb.data(), L.bo, dim, B);
     if (L.attn_post_norm) norm_rows(xb.data(), L.attn_post_norm, {}, xb.data(), dim, B);
     }
@@ -307,6 +333,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
   }
 
   if (!logits_out) return;
+  prefetch_next({&model.output});
   // Only the rows whose logits are wanted go through the final norm and the classifier.
   size_t n_out = 0;
   if (rows == LogitRows::span_ends) {
@@ -321,6 +348,11 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
   }
   matmul(model.output, xb.data(), logits_out, n_out);
+  if (!model.layers.empty()) {  // the next step's first matmul, while the caller samples
+    const LayerWeights& first = model.layers[0];
+    if (c.is_ssm(0)) prefetch_next({&first.ssm_in});
+    else prefetch_next({&first.wq, &first.wk, &first.wv});
+  }
   if (c.logit_scale != 1.0f) ops.scale(logits_out, 1.0f / c.logit_scale, n_out * c.n_vocab);
   if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
 }

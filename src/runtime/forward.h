@@ -73,6 +73,9 @@ class Forward {
   void gemms(std::span<const GemmJob> jobs);
   void matmul(const WeightView& w, const float* in, float* out, size_t B) { matmuls(in, B, {{w, out}}); }
   void prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst);
+  // The next gemms() job's weights, in its order: the pool's idle workers fetch their start.
+  void prefetch_next(std::span<const WeightView* const> weights);
+  void prefetch_next(std::initializer_list<const WeightView*> weights) { prefetch_next({weights.begin(), weights.size()}); }
   void embed(int32_t token, float* out);
   void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B);
   void add_bias(float* y, const WeightView& bias, size_t n, size_t B);

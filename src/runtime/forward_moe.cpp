@@ -59,6 +59,14 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
     }
   }
 
+  if (B == 1) {  // the gate and up job below, whose matrices come in expert order
+    int32_t chosen[ThreadPool::kMaxHints / 2];
+    const size_t m = std::min(n_used, ThreadPool::kMaxHints / 2);
+    std::partial_sort_copy(route_expert.begin(), route_expert.begin() + ptrdiff_t(n_used), chosen, chosen + m);
+    const WeightView* next[ThreadPool::kMaxHints];
+    for (size_t j = 0; j < m; ++j) next[2 * j] = &L.gate_exps[size_t(chosen[j])], next[2 * j + 1] = &L.up_exps[size_t(chosen[j])];
+    prefetch_next({next, 2 * m});
+  }
   // Group the (token, choice) pairs by expert, then run every chosen expert's gate and up
   // as one pool job and every down as another: a decoding token's eight small experts
   // cost two hand-offs to the threads, not sixteen.
@@ -82,6 +90,13 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
     expert_jobs.push_back({&L.gate_exps[e], &expert_in[row0 * dim], n, &hb[row0 * ffn]});
     expert_jobs.push_back({&L.up_exps[e], &expert_in[row0 * dim], n, &hb2[row0 * ffn]});
   });
+  if (B == 1) {
+    const WeightView* next[ThreadPool::kMaxHints];
+    size_t n = 0;
+    for (size_t e = 0; e < n_exp && n < ThreadPool::kMaxHints; ++e)
+      if (expert_start[e + 1] > expert_start[e]) next[n++] = &L.down_exps[e];
+    prefetch_next({next, n});
+  }
   // Expert e's biases (row e of each bias tensor) on the rows routed to it.
   const auto add_expert_bias = [&](const WeightView& bias, float* y, size_t width) {
     if (!bias) return;

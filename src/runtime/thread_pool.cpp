@@ -34,6 +34,14 @@ inline void cpu_relax() {
 #endif
 }
 
+void prefetch_l2(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_prefetch(p, 0, 2);  // prefetcht1: L2 and outward
+#else
+  (void)p;
+#endif
+}
+
 // Blocks while *word == expected; wake_all releases every waiter on word.
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
 #ifdef __linux__
@@ -59,11 +67,14 @@ constexpr auto kPureSpin = std::chrono::microseconds(10);
 
 // Spins then sleeps until word != value. `sleepers` counts threads that may be in
 // futex_wait so the waker only pays for a syscall when someone actually sleeps.
-void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value, std::atomic<int>& sleepers) {
+// idle_work: called while spinning, returns false when it has nothing (more) to do.
+template <class IdleWork>
+void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value, std::atomic<int>& sleepers, IdleWork&& idle_work) {
   const auto start = std::chrono::steady_clock::now();
   bool yielding = false;
   for (int i = 0;; ++i) {
     if (word.load(std::memory_order_acquire) != value) return;
+    if (idle_work()) continue;
     if (yielding) {
       std::this_thread::yield();
     } else {
@@ -78,6 +89,9 @@ void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value, std::atomic<i
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   while (word.load(std::memory_order_seq_cst) == value) futex_wait(word, value);
   sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value, std::atomic<int>& sleepers) {
+  wait_while_equal(word, value, sleepers, [] { return false; });
 }
 
 void bump_and_wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers) {
@@ -101,10 +115,39 @@ struct ThreadPool::Impl {
   alignas(64) std::atomic<uint32_t> done{0};        // bumped by the last worker to finish
   alignas(64) std::atomic<int> done_sleepers{0};
 
+  // prefetch_while_idle's ranges; workers claim kLinesPerClaim lines at a time from
+  // hint_next. Relaxed atomics: a worker reading a range while the caller replaces it
+  // prefetches a stale address, which is harmless.
+  static constexpr size_t kLinesPerClaim = 8;
+  alignas(64) std::atomic<size_t> hint_next{0};
+  std::atomic<size_t> hint_count{0}, hint_total_lines{0};
+  std::atomic<uintptr_t> hint_begin[kMaxHints], hint_lines[kMaxHints];
+
+  // Prefetches the next unclaimed lines of the hint into this core's L2; false when none
+  // are left.
+  bool prefetch_hint() {
+    const size_t n = hint_count.load(std::memory_order_acquire);
+    if (n == 0 || hint_next.load(std::memory_order_relaxed) >= hint_total_lines.load(std::memory_order_relaxed))
+      return false;
+    size_t line = hint_next.fetch_add(kLinesPerClaim, std::memory_order_relaxed);
+    for (size_t r = 0; r < n; ++r) {
+      const size_t lines = hint_lines[r].load(std::memory_order_relaxed);
+      if (line >= lines) {
+        line -= lines;
+        continue;
+      }
+      const uintptr_t begin = hint_begin[r].load(std::memory_order_relaxed);
+      for (size_t i = line, end = std::min(lines, line + kLinesPerClaim); i < end; ++i)
+        prefetch_l2(reinterpret_cast<const void*>(begin + 64 * i));
+      return true;
+    }
+    return false;
+  }
+
   void worker(int index) {
     uint32_t seen = 0;
     for (;;) {
-      wait_while_equal(generation, seen, start_sleepers);
+      wait_while_equal(generation, seen, start_sleepers, [this] { return prefetch_hint(); });
       seen = generation.load(std::memory_order_acquire);
       if (stopping) return;
       (*task)(index, n_threads);
@@ -134,11 +177,38 @@ void ThreadPool::run(FunctionRef<void(int, int)> fn) {
     return;
   }
   p.task = &fn;
+  p.hint_count.store(0, std::memory_order_relaxed);  // the hint was for this run
   p.remaining.store(p.n_threads - 1, std::memory_order_relaxed);
   const uint32_t done_before = p.done.load(std::memory_order_relaxed);
   bump_and_wake(p.generation, p.start_sleepers);  // publishes task and remaining
   fn(0, p.n_threads);
   wait_while_equal(p.done, done_before, p.done_sleepers);
+}
+
+void ThreadPool::prefetch_while_idle(const ByteRange* ranges, size_t n) {
+  Impl& p = *impl_;
+  if (p.n_threads == 1) return;
+  n = std::min(n, kMaxHints);
+  p.hint_count.store(0, std::memory_order_relaxed);
+  size_t total = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[r].data) & ~uintptr_t(63);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(ranges[r].data) + ranges[r].bytes;
+    p.hint_begin[r].store(begin, std::memory_order_relaxed);
+    const size_t lines = end > begin ? (end - begin + 63) / 64 : 0;
+    p.hint_lines[r].store(lines, std::memory_order_relaxed);
+    total += lines;
+  }
+  p.hint_total_lines.store(total, std::memory_order_relaxed);
+  p.hint_next.store(0, std::memory_order_relaxed);
+  p.hint_count.store(n, std::memory_order_release);
+}
+
+size_t ThreadPool::idle_prefetch_pending() const {
+  const Impl& p = *impl_;
+  if (p.hint_count.load(std::memory_order_acquire) == 0) return 0;
+  const size_t total = p.hint_total_lines.load(std::memory_order_relaxed), next = p.hint_next.load(std::memory_order_relaxed);
+  return total - std::min(total, next);
 }
 
 void ThreadPool::parallel_for(size_t n, size_t align, FunctionRef<void(size_t, size_t)> fn) {

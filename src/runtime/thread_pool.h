@@ -56,6 +56,20 @@ class ThreadPool {
   // which thread ran a chunk (gemm rows, by the kernel contract).
   void parallel_for_dynamic(size_t n, size_t chunk, FunctionRef<void(size_t, size_t)> fn);
 
+  // Bytes the caller will read next (the weights of its next run): until that run starts,
+  // waiting workers fetch them toward their caches instead of only spinning. Decode runs
+  // a few µs of single-threaded work between two multithreaded matmuls, and the memory
+  // bus is otherwise idle then. Replaces the previous hint; ranges past kMaxHints are
+  // ignored. Only a hint: prefetches never fault, and the data need not stay valid.
+  struct ByteRange {
+    const void* data;
+    size_t bytes;
+  };
+  static constexpr size_t kMaxHints = 32;
+  void prefetch_while_idle(const ByteRange* ranges, size_t n);
+  // Cache lines of the current hint no worker has fetched yet (0 once run() starts).
+  size_t idle_prefetch_pending() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
