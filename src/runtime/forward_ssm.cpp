@@ -53,6 +53,7 @@ void Forward::ssm_mixer(const LayerWeights& L, size_t l, std::span<const QuerySp
       pool.parallel_for(heads, 1, [&](size_t h0, size_t h1) { ssm::scan(scan, sp.n, h0, h1); });
     }
   }
+  prefetch_next({&L.ssm_out});
   const auto* norm_w = static_cast<const float*>(L.ssm_norm.data);
   const auto gate_norm_rows = [&](size_t b0, size_t b1) {
     for (size_t b = b0; b < b1; ++b) ssm::gate_norm(&ssm_y[b * d_inner], &ssm_proj[b * ld], norm_w, d_inner, ng, c.rms_eps);
