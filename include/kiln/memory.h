@@ -14,7 +14,11 @@
 //
 // Recall (search): BM25 over an FTS5 index of the texts (Porter stemming, Unicode 6.1
 // tokens, diacritics folded). The query is cut into words and each word is quoted, joined
-// with OR, so user text with quotes, AND, NEAR, * or parentheses is never FTS syntax. When
+// with OR, so user text with quotes, AND, NEAR, * or parentheses is never FTS syntax.
+// Words no memory holds, words held by more than half of them (FTS5's IDF for those is
+// 1e-6: they cannot change a ranking) and, in a large store, the commonest words beyond a
+// budget of 2,000 matching memories are left out of the query, which bounds a turn's cost
+// (src/memory/query.h). When
 // a query embedding is given and stored embeddings of the same size exist, the cosine
 // ranking is fused with the BM25 ranking by reciprocal rank fusion:
 //   score(m) = 1 / (60 + rank_bm25(m)) + 1 / (60 + rank_cosine(m))
@@ -82,8 +86,8 @@ class MemoryStore {
   // How many were forgotten.
   int64_t forget_all();
 
-  // The FTS5 query search() runs for a user's text: its words, each quoted, joined by OR
-  // ("" when it has no word). Exposed for tests.
+  // A user's text as a safe FTS5 query: its words, each quoted, joined by OR ("" when it
+  // has no word). search() runs this less the words it prunes. Exposed for tests.
   static std::string fts_query(std::string_view text);
 
   struct Impl;  // defined in src/memory/ only

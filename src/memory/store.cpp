@@ -8,10 +8,11 @@
 #include <cstring>
 #include <ctime>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "kernels/kernels.h"
 #include "kiln/error.h"
 #include "kiln/tokenizer.h"
+#include "memory/query.h"
 #include "memory/store_impl.h"
 
 namespace kiln {
@@ -24,9 +25,6 @@ namespace {
 // Reciprocal rank fusion's constant (Cormack et al. 2009): damps the head of each list so
 // that one list's first place does not outweigh agreement between the two.
 constexpr double kRrfK = 60;
-// A query's distinct words beyond this are ignored: a pasted page must not make every
-// turn's recall scan the whole index once per word.
-constexpr size_t kMaxQueryWords = 64;
 constexpr size_t kMaxEmbedding = 1 << 16;
 
 Memory row_to_memory(const memory::Statement& s, bool with_embedding) {
@@ -61,6 +59,7 @@ MemoryStore::Impl::~Impl() {
   insert.reset();
   bm25_search.reset();
   by_id.reset();
+  planner.reset();
   if (db) sqlite3_close(db);
 }
 
@@ -80,6 +79,7 @@ std::unique_ptr<MemoryStore> MemoryStore::open(const std::string& path) {
       FROM (SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS f
       JOIN memories AS m ON m.id = f.rowid
       ORDER BY f.rank, m.id)sql");
+  impl->planner = std::make_unique<memory::QueryPlanner>(db, impl->path);
   impl->by_id = std::make_unique<memory::Statement>(
       db, impl->path, "SELECT id, text, time, conversation, embedding FROM memories WHERE id = ?1");
   return std::unique_ptr<MemoryStore>(new MemoryStore(std::move(impl)));
@@ -165,29 +165,7 @@ int64_t MemoryStore::forget_all() {
   return n;
 }
 
-std::string MemoryStore::fts_query(std::string_view text) {
-  // Words are runs of ASCII letters and digits and of non-ASCII bytes (UTF-8 letters; a
-  // non-ASCII symbol becomes an empty phrase, which matches nothing). Everything else,
-  // quotes, *, ^, :, parentheses, separates words, so no user text is FTS5 syntax: each
-  // word is a quoted string (AND, OR, NEAR inside quotes are plain words).
-  std::string out;
-  std::unordered_set<std::string> seen;
-  size_t i = 0;
-  while (i < text.size() && seen.size() < kMaxQueryWords) {
-    auto word_byte = [](unsigned char c) { return c >= 0x80 || std::isalnum(c); };
-    while (i < text.size() && !word_byte((unsigned char)text[i])) ++i;
-    const size_t start = i;
-    while (i < text.size() && word_byte((unsigned char)text[i])) ++i;
-    if (i == start) break;
-    std::string word(text.substr(start, i - start));
-    std::string key = word;
-    for (char& c : key) c = (char)std::tolower((unsigned char)c);
-    if (!seen.insert(key).second) continue;
-    if (!out.empty()) out += " OR ";
-    out += '"' + word + '"';
-  }
-  return out;
-}
+std::string MemoryStore::fts_query(std::string_view text) { return memory::quoted_or(memory::query_words(text)); }
 
 namespace {
 
@@ -225,7 +203,7 @@ std::vector<MemoryHit> MemoryStore::search(std::string_view query, int k, std::s
 
   // BM25 candidates, best first.
   std::vector<MemoryHit> bm25;
-  const std::string fts = fts_query(query);
+  const std::string fts = impl_->planner->plan(query, count());
   if (!fts.empty()) {
     memory::Statement& s = *impl_->bm25_search;
     s.bind(1, std::string_view(fts));
@@ -245,10 +223,11 @@ std::vector<MemoryHit> MemoryStore::search(std::string_view query, int k, std::s
   if (!query_embedding.empty()) {
     refresh_embeddings(*impl_);
     const float qn = norm_of(query_embedding);
+    // The kernels' dot product (SIMD, picked by CPUID): 10,000 x 384 values in ~1 ms.
+    const kernels::Ops& ops = kernels::ops();
     for (const auto& e : impl_->embeddings) {
       if (e.values.size() != query_embedding.size()) continue;
-      double dot = 0;
-      for (size_t j = 0; j < e.values.size(); ++j) dot += e.values[j] * query_embedding[j];
+      const double dot = ops.dot(e.values.data(), query_embedding.data(), e.values.size());
       const double denom = (double)qn * e.norm;
       cosine.emplace_back(denom > 0 ? dot / denom : 0.0, e.id);
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/memory.h"
+#include "memory/query.h"
 #include "memory/sqlite.h"
 
 namespace kiln {
@@ -18,6 +19,7 @@ struct MemoryStore::Impl {
 
   // Prepared once: recall runs on every chat turn.
   std::unique_ptr<memory::Statement> insert, bm25_search, by_id;
+  std::unique_ptr<memory::QueryPlanner> planner;
 
   // The stored embeddings, read once and kept, so that a turn's recall reads no blobs:
   // this connection's own writes update it in place; another connection's commit (seen
