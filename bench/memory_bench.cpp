@@ -2,6 +2,7 @@
 // pays before it is answered (the bar: under 5 ms).
 //   BM_MemorySearch:       BM25 alone (no embeddings)
 //   BM_MemorySearchFused:  BM25 fused with cosine over 10,000 stored 384-value embeddings
+//   BM_MemorySearchCosineOnly: the cosine scan alone (a query with no words)
 //   BM_MemoryAdd:          one memory written and synced (the turn's write, after the answer)
 // Texts are 12 words drawn from a Zipf law over 5,000 words, as in English: the commonest
 // words ("I", "my", "the") are in most memories, so a query's OR over its words matches
@@ -122,6 +123,19 @@ void BM_MemorySearchFused(benchmark::State& state) {
   state.counters["dim"] = kDim;
 }
 BENCHMARK(BM_MemorySearchFused)->Unit(benchmark::kMillisecond);
+
+// The cosine half alone (a query without words): the scan over the cached embeddings.
+void BM_MemorySearchCosineOnly(benchmark::State& state) {
+  TempStore t(true);
+  const Corpus& c = corpus();
+  t.store->search("", 3, c.query_embeddings[0]);
+  size_t i = 0;
+  for (auto _ : state) {
+    auto r = t.store->search("", 3, c.query_embeddings[i++ % c.query_embeddings.size()]);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_MemorySearchCosineOnly)->Unit(benchmark::kMillisecond);
 
 void BM_MemoryAdd(benchmark::State& state) {
   TempStore t(false);
