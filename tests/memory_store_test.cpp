@@ -50,6 +50,15 @@ json parse_ok(const CommandResult& r) {
   return json::parse(r.out);
 }
 
+// A file's size and a hash of its bytes (readable in a failure message, unlike the bytes);
+// "absent" when there is none.
+std::string fingerprint(const std::string& path) {
+  if (!fs::exists(path)) return "absent";
+  if (!fs::is_regular_file(path)) return "not a file";
+  const std::string bytes = read_file(path);
+  return std::to_string(bytes.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(bytes));
+}
+
 // The names in the file's directory that start with the file's name (the file, -wal, -shm,
 // -journal), with their contents: what a refusal must leave exactly as it was.
 std::map<std::string, std::string> snapshot(const std::string& path) {
@@ -57,7 +66,7 @@ std::map<std::string, std::string> snapshot(const std::string& path) {
   const std::string base = fs::path(path).filename().string();
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(base, 0) == 0) out[name] = fs::is_regular_file(e.path()) ? read_file(e.path().string()) : "<dir>";
+    if (name.rfind(base, 0) == 0) out[name] = fingerprint(e.path().string());
   }
   return out;
 }
@@ -139,6 +148,11 @@ TEST(MemoryCli, RemembersAcrossProcessesAndForgets) {
   EXPECT_EQ(list[0]["id"], cat);
   EXPECT_EQ(list[1]["id"], car);
   EXPECT_TRUE(parse_ok(kiln_memory(db, "search green tea")).empty());  // gone from the index too
+  // and from the file's bytes: the row (secure_delete), the index's tokens, the WAL.
+  for (const std::string& f : {db, db + "-wal"})
+    if (fs::exists(f)) {
+      EXPECT_EQ(read_file(f).find("green"), std::string::npos) << f;
+    }
   expect_one_line_error(kiln_memory(db, "forget " + std::to_string(tea)), 1, "no memory with id");
   expect_one_line_error(kiln_memory(db, "forget seven"), 2, "not a memory id");
 
@@ -152,9 +166,10 @@ TEST(MemoryCli, RemembersAcrossProcessesAndForgets) {
   // Ids are never reused: an old id in a script cannot name a newer memory.
   EXPECT_GT(parse_ok(kiln_memory(db, "add another"))["id"].get<int64_t>(), car);
   // The text is gone from the file, not only from the tables (secure_delete, index rebuilt).
-  parse_ok(kiln_memory(db, "forget all"));
-  sqlite_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
-  EXPECT_EQ(read_file(db).find("Volvo"), std::string::npos);
+  for (const std::string& f : {db, db + "-wal"})
+    if (fs::exists(f)) {
+      EXPECT_EQ(read_file(f).find("olvo"), std::string::npos) << f;
+    }
 
   expect_one_line_error(kiln_memory(db, "frobnicate"), 2, "unknown action");
   expect_one_line_error(kiln_memory(db, "add"), 2, "needs a TEXT");
@@ -268,6 +283,24 @@ TEST(MemoryCli, RefusesNewerSchemaVersion) {
   parse_ok(kiln_memory(db, "add 'written by a future kiln'"));
   sqlite_exec(db, "PRAGMA user_version = " + std::to_string(MemoryStore::kSchemaVersion + 1));
   expect_refused(db, "schema version " + std::to_string(MemoryStore::kSchemaVersion + 1) + " is newer");
+
+  // The newer version only in the WAL (a newer kiln that did not checkpoint): the file's
+  // header still says ours, SQLite's view says newer, and closing must not checkpoint.
+  const std::string wal = fresh_path("newer_in_wal.db");
+  parse_ok(kiln_memory(wal, "add 'written by a future kiln'"));
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(wal.c_str(), &handle), SQLITE_OK);
+  sqlite3_db_config(handle, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  ASSERT_EQ(sqlite3_exec(handle, ("PRAGMA user_version = " + std::to_string(MemoryStore::kSchemaVersion + 1)).c_str(),
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(handle);
+  ASSERT_TRUE(fs::exists(wal + "-wal"));
+  const std::string main_before = fingerprint(wal), wal_before = fingerprint(wal + "-wal");
+  expect_one_line_error(kiln_memory(wal, "list"), 1, "is newer");
+  EXPECT_THROW(MemoryStore::open(wal), kiln::Error);
+  EXPECT_EQ(fingerprint(wal), main_before);
+  EXPECT_EQ(fingerprint(wal + "-wal"), wal_before);
 }
 
 TEST(MemoryCli, RefusesRandomBytesAndDamagedFiles) {
@@ -302,6 +335,22 @@ TEST(MemoryCli, RefusesEmptyPathAndDirectory) {
   expect_one_line_error(kiln_memory(dir, "list"), 1, "is a directory");
   expect_one_line_error(kiln_memory(temp_dir() + "/no/such/dir/x.db", "add hello"), 1, "no/such/dir/x.db");
   EXPECT_THROW(MemoryStore::open(""), kiln::Error);
+}
+
+TEST(MemoryStoreApi, NewAndEmptyFilesGetTheSchema) {
+  for (const bool touch : {false, true}) {
+    const std::string path = fresh_path(touch ? "empty.db" : "new.db");
+    if (touch) write_file(path, "");  // mktemp's or touch's 0 bytes: a new store
+    {
+      auto store = MemoryStore::open(path);
+      EXPECT_EQ(store->count(), 0);
+      EXPECT_EQ(store->add("first"), 1);
+    }
+    EXPECT_EQ(sqlite_column(path, "PRAGMA application_id"), std::vector<std::string>{std::to_string(MemoryStore::kApplicationId)});
+    EXPECT_EQ(sqlite_column(path, "PRAGMA user_version"), std::vector<std::string>{std::to_string(MemoryStore::kSchemaVersion)});
+    EXPECT_EQ(sqlite_column(path, "PRAGMA journal_mode"), std::vector<std::string>{"wal"});
+    EXPECT_EQ(MemoryStore::open(path)->list().at(0).text, "first");
+  }
 }
 
 // ~20 things a user might tell a chat, and questions that should recall one of them.

@@ -166,8 +166,11 @@ void open_store(MemoryStore::Impl& impl) {
   sqlite3_busy_timeout(impl.db, kBusyTimeoutMs);
 
   // Read-only checks first (the header can lag the WAL, and a file created between our
-  // stat and the open is someone else's until proven otherwise).
+  // stat and the open is someone else's until proven otherwise). Until they pass, closing
+  // must not checkpoint a WAL into the file either: that would rewrite its pages.
+  sqlite3_db_config(impl.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   const bool fresh = check_identity(identify(impl.db, path), path);
+  sqlite3_db_config(impl.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
 
   // A new store gets its schema in rollback-journal mode, so the file's own header holds
   // kiln's application id from the first commit (check_header reads it there); WAL after.

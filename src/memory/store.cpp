@@ -149,14 +149,31 @@ int64_t MemoryStore::count() {
   return n;
 }
 
+namespace {
+
+// Forgetting must not leave the words in the file: secure_delete zeroes the freed pages of
+// the row, but FTS5 only marks a deleted row's tokens in a newer segment, so the index is
+// merged into one segment (the old ones freed, and zeroed), and the WAL, which still holds
+// the old pages, is checkpointed and truncated (best effort: a reader in another process
+// can keep it).
+void purge(MemoryStore::Impl& impl) {
+  sqlite3_wal_checkpoint_v2(impl.db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+}
+
+}  // namespace
+
 bool MemoryStore::forget(int64_t id) {
   memory::WriteTransaction tx(impl_->db, impl_->path);
   memory::Statement s(impl_->db, impl_->path, "DELETE FROM memories WHERE id = ?1");
   s.bind(1, id);
   s.step();
   const bool gone = sqlite3_changes(impl_->db) > 0;
+  if (gone) memory::exec(impl_->db, impl_->path, "INSERT INTO memories_fts(memories_fts) VALUES ('optimize')");
   tx.commit();
-  if (gone) impl_->embeddings_loaded = false;  // rare: read them again at the next search
+  if (gone) {
+    purge(*impl_);
+    impl_->embeddings_loaded = false;  // rare: read them again at the next search
+  }
   return gone;
 }
 
@@ -164,9 +181,9 @@ int64_t MemoryStore::forget_all() {
   memory::WriteTransaction tx(impl_->db, impl_->path);
   memory::exec(impl_->db, impl_->path, "DELETE FROM memories");
   const int64_t n = sqlite3_changes(impl_->db);
-  // The index's own pages too, so nothing of the forgotten text stays in it.
   memory::exec(impl_->db, impl_->path, "INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')");
   tx.commit();
+  purge(*impl_);
   impl_->embeddings.clear();
   return n;
 }
