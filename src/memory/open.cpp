@@ -61,22 +61,21 @@ void check_header(const std::string& path, off_t size) {
   if (version > (uint32_t)MemoryStore::kSchemaVersion) throw Error(newer(path, version));
 }
 
-int64_t pragma_int(sqlite3* db, const std::string& path, const char* sql) {
-  Statement s(db, path, sql);
-  int64_t v = 0;
-  if (s.step()) v = s.int64(0);
-  s.reset();
-  return v;
-}
-
 // What the file holds, read through SQLite without writing: ours (and its version), a new
 // empty database, or someone else's.
 struct Identity {
   int64_t app_id, version, objects;
 };
+// One statement, so one read transaction: three separate pragmas could straddle another
+// process's commit (id 0 from before it, a version from after) and see a store that never was.
 Identity identify(sqlite3* db, const std::string& path) {
-  return {pragma_int(db, path, "PRAGMA application_id"), pragma_int(db, path, "PRAGMA user_version"),
-          pragma_int(db, path, "SELECT count(*) FROM sqlite_schema")};
+  Statement s(db, path,
+              "SELECT a.application_id, v.user_version, (SELECT count(*) FROM sqlite_schema) "
+              "FROM pragma_application_id() AS a, pragma_user_version() AS v");
+  Identity id{0, 0, 0};
+  if (s.step()) id = {s.int64(0), s.int64(1), s.int64(2)};
+  s.reset();
+  return id;
 }
 
 // Refuses a file that is not ours or is too new; true when it is a new, empty database.
@@ -140,41 +139,28 @@ void migrate(sqlite3* db, const std::string& path) {
 
 }  // namespace
 
-void open_store(MemoryStore::Impl& impl) {
-  const std::string& path = impl.path;
-  if (path.empty()) throw Error("memory store: empty path");
-  struct stat st {};
-  bool exists = true;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno != ENOENT) throw Error(path + ": cannot open memory store (" + std::strerror(errno) + ")");
-    exists = false;
-  } else if (S_ISDIR(st.st_mode)) {
-    throw Error(path + ": is a directory, not a memory store");
-  } else if (!S_ISREG(st.st_mode)) {
-    throw Error(path + ": not a regular file, not a memory store");
-  } else {
-    check_header(path, st.st_size);
-  }
+namespace {
 
-  // No SQLITE_OPEN_CREATE for a file that exists: if it vanished meanwhile, fail rather
-  // than make a new one under the user's feet.
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (exists ? 0 : SQLITE_OPEN_CREATE);
-  int rc = sqlite3_open_v2(path.c_str(), &impl.db, flags, nullptr);
+// The connection, its checks and settings, on a file that check_header passed (or that is
+// empty: then the schema is created in place).
+void connect(MemoryStore::Impl& impl, const std::string& path) {
+  // No SQLITE_OPEN_CREATE: if the file vanished meanwhile, fail rather than make a new one
+  // under the user's feet.
+  int rc = sqlite3_open_v2(path.c_str(), &impl.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) throw_sqlite(impl.db, rc, path, "cannot open memory store");
   sqlite3_extended_result_codes(impl.db, 1);
   if (sqlite3_db_readonly(impl.db, "main") == 1) throw Error(path + ": memory store is read-only");
   sqlite3_busy_timeout(impl.db, kBusyTimeoutMs);
 
-  // Read-only checks first (the header can lag the WAL, and a file created between our
-  // stat and the open is someone else's until proven otherwise). Until they pass, closing
-  // must not checkpoint a WAL into the file either: that would rewrite its pages.
+  // Read-only checks first (the header can lag the WAL). Until they pass, closing must not
+  // checkpoint a WAL into the file either: that would rewrite its pages.
   sqlite3_db_config(impl.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   const bool fresh = check_identity(identify(impl.db, path), path);
   sqlite3_db_config(impl.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
 
   // A new store gets its schema in rollback-journal mode, so the file's own header holds
   // kiln's application id from the first commit (check_header reads it there); WAL after.
-  if (fresh || pragma_int(impl.db, path, "PRAGMA user_version") < MemoryStore::kSchemaVersion) migrate(impl.db, path);
+  if (fresh || identify(impl.db, path).version < MemoryStore::kSchemaVersion) migrate(impl.db, path);
 
   // WAL: readers do not block the writer and a killed writer leaves the file consistent.
   // Switching needs the file to itself for a moment; while another process reads it the
@@ -193,6 +179,49 @@ void open_store(MemoryStore::Impl& impl) {
   // write, once per chat turn). secure_delete: forgotten text is overwritten, not left in
   // free pages.
   exec(impl.db, path, "PRAGMA synchronous = FULL; PRAGMA secure_delete = ON");
+}
+
+// A missing store is built under a temporary name beside it and linked into place, so no
+// process ever sees a half-made file under the real name, and two processes creating it
+// at once end up sharing one store (link(2) refuses the second, which opens the first's).
+// The file is the user's only (0600, mkstemp's mode).
+void create_store(const std::string& path) {
+  std::string tmp = path + ".new-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw Error(path + ": cannot create memory store (" + std::strerror(errno) + ")");
+  ::close(fd);
+  struct Unlink {
+    const std::string& name;
+    ~Unlink() { ::unlink(name.c_str()); }
+  } cleanup{tmp};
+  {
+    MemoryStore::Impl building;
+    building.path = tmp;
+    connect(building, tmp);
+  }  // closing checkpoints the WAL into the file and removes its -wal and -shm
+  if (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST)
+    throw Error(path + ": cannot create memory store (" + std::strerror(errno) + ")");
+  // The new name durable too (best effort: the store is consistent either way).
+  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) ::fsync(dfd), ::close(dfd);
+}
+
+}  // namespace
+
+void open_store(MemoryStore::Impl& impl) {
+  const std::string& path = impl.path;
+  if (path.empty()) throw Error("memory store: empty path");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) throw Error(path + ": cannot open memory store (" + std::strerror(errno) + ")");
+    create_store(path);
+    if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open memory store (" + std::strerror(errno) + ")");
+  }
+  if (S_ISDIR(st.st_mode)) throw Error(path + ": is a directory, not a memory store");
+  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file, not a memory store");
+  check_header(path, st.st_size);
+  connect(impl, path);
 }
 
 }  // namespace kiln::memory
