@@ -7,7 +7,8 @@
 //  - identity first: a file that is not a kiln memory store (another program's SQLite
 //    database, random bytes) or that a newer kiln wrote (schema version above ours) is
 //    refused with one kiln::Error line naming it, before anything writes to it: no WAL
-//    switch, no table, no -wal/-shm file;
+//    switch, no table, no -wal/-shm file; a missing store is built beside its path and
+//    linked into place, so nobody sees a half-made one;
 //  - WAL journal, synchronous=FULL, one transaction per write: a process killed mid-write
 //    leaves a consistent file holding every write that add()/forget() returned from;
 //  - a busy timeout: several processes can write to one file at once without losing any.
@@ -18,9 +19,9 @@
 // Words no memory holds, words held by more than half of them (FTS5's IDF for those is
 // 1e-6: they cannot change a ranking) and, in a large store, the commonest words beyond a
 // budget of 2,000 matching memories are left out of the query, which bounds a turn's cost
-// (src/memory/query.h). When
-// a query embedding is given and stored embeddings of the same size exist, the cosine
-// ranking is fused with the BM25 ranking by reciprocal rank fusion:
+// (src/memory/query.h). When a query embedding is given and stored embeddings of the
+// same size exist, the cosine ranking is fused with the BM25 ranking by reciprocal rank
+// fusion (Cormack et al. 2009):
 //   score(m) = 1 / (60 + rank_bm25(m)) + 1 / (60 + rank_cosine(m))
 // (ranks from 1, a term left out where m is not among that list's candidates, which are
 // its best max(50, 10 k)); ties go to the lower id. Without fusion the score is the BM25
