@@ -1,6 +1,8 @@
 // Recall from the chat memory store (kiln/memory.h) with 10,000 memories: what a chat turn
 // pays before it is answered (the bar: under 5 ms).
 //   BM_MemorySearch:       BM25 alone (no embeddings)
+//   BM_MemorySearchLongMessage: the same with an 80-word message
+//   BM_MemorySearchFirstTurn: a 12-word message on a store just opened (no counts kept)
 //   BM_MemorySearchFused:  BM25 fused with cosine over 10,000 stored 384-value embeddings
 //   BM_MemorySearchCosineOnly: the cosine scan alone (a query with no words)
 //   BM_MemoryAdd:          one memory written and synced (the turn's write, after the answer)
@@ -26,7 +28,7 @@ constexpr int kWords = 5000;
 constexpr int kDim = 384;
 
 struct Corpus {
-  std::vector<std::string> texts, queries;
+  std::vector<std::string> texts, queries, long_queries;  // long: 80 words, a pasted paragraph
   std::vector<std::vector<float>> embeddings, query_embeddings;
 };
 
@@ -44,13 +46,14 @@ const Corpus& corpus() {
     std::vector<double> weights(kWords);
     for (int i = 0; i < kWords; ++i) weights[i] = 1.0 / (i + 1);
     std::discrete_distribution<int> zipf(weights.begin(), weights.end());
-    auto sentence = [&] {
+    auto sentence = [&](int words = 12) {
       std::string s;
-      for (int w = 0; w < 12; ++w) s += (s.empty() ? "w" : " w") + std::to_string(zipf(rng));
+      for (int w = 0; w < words; ++w) s += (s.empty() ? "w" : " w") + std::to_string(zipf(rng));
       return s;
     };
     for (int i = 0; i < kMemories; ++i) c.texts.push_back(sentence()), c.embeddings.push_back(random_vector(rng));
     for (int i = 0; i < 64; ++i) c.queries.push_back(sentence()), c.query_embeddings.push_back(random_vector(rng));
+    for (int i = 0; i < 16; ++i) c.long_queries.push_back(sentence(80));
     return c;
   }();
   return c;
@@ -108,6 +111,33 @@ void BM_MemorySearch(benchmark::State& state) {
   state.counters["hits_per_query"] = (double)hits / (double)state.iterations();
 }
 BENCHMARK(BM_MemorySearch)->Unit(benchmark::kMillisecond);
+
+// A pasted paragraph: 80 words, of which the planner looks up at most 64.
+void BM_MemorySearchLongMessage(benchmark::State& state) {
+  TempStore t(false);
+  const Corpus& c = corpus();
+  size_t i = 0;
+  for (auto _ : state) {
+    auto r = t.store->search(c.long_queries[i++ % c.long_queries.size()], 3);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_MemorySearchLongMessage)->Unit(benchmark::kMillisecond);
+
+// A chat's first turn: a store just opened, no word counts kept yet (the open is not timed).
+void BM_MemorySearchFirstTurn(benchmark::State& state) {
+  TempStore t(false);
+  const Corpus& c = corpus();
+  size_t i = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto store = kiln::MemoryStore::open(t.path);
+    state.ResumeTiming();
+    auto r = store->search(c.queries[i++ % c.queries.size()], 3);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_MemorySearchFirstTurn)->Unit(benchmark::kMillisecond);
 
 void BM_MemorySearchFused(benchmark::State& state) {
   TempStore t(true);

@@ -406,6 +406,24 @@ TEST(MemoryStoreApi, Bm25RanksTheHandMadeSet) {
   EXPECT_GE(first, 9);
 }
 
+TEST(MemoryStoreApi, RecallSeesEachWriteAtOnce) {
+  // The planner keeps word counts between turns; a word it found in no memory, or in
+  // many, must still reach the memory written right after.
+  const std::string path = fresh_path("fresh_words.db");
+  auto store = MemoryStore::open(path);
+  for (int i = 0; i < 200; ++i) store->add("the weather was fine on day " + std::to_string(i));
+  EXPECT_TRUE(store->search("Miso", 3).empty());
+  store->search("the weather", 3);
+  const int64_t miso = store->add("the cat is called Miso");
+  EXPECT_EQ(store->search("Miso", 3).at(0).memory.id, miso);
+  EXPECT_EQ(store->search("the cat", 3).at(0).memory.id, miso);
+  // Another process's write too.
+  const int64_t pepper = MemoryStore::open(path)->add("the dog is called Pepper");
+  EXPECT_EQ(store->search("Pepper", 3).at(0).memory.id, pepper);
+  EXPECT_TRUE(store->forget(miso));
+  EXPECT_TRUE(store->search("Miso", 3).empty());
+}
+
 TEST(MemoryStoreApi, FtsSyntaxInUserTextIsPlainText) {
   auto store = MemoryStore::open(fresh_path("syntax.db"));
   const int64_t and_id = store->add("Tom AND Jerry is my favourite cartoon");

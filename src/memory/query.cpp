@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "kiln/error.h"
@@ -13,6 +14,8 @@ namespace {
 
 // A pasted page must not make a turn's recall look up hundreds of words.
 constexpr size_t kMaxQueryWords = 64;
+// Counts from this many memories up are kept between turns (query.h).
+constexpr int64_t kCachedCount = 64;
 
 bool word_byte(unsigned char c) { return c >= 0x80 || std::isalnum(c); }
 
@@ -66,7 +69,10 @@ std::string quoted_or(const std::vector<std::string>& words) {
 }
 
 QueryPlanner::QueryPlanner(sqlite3* db, const std::string& path)
-    : db_(db), path_(path), vocab_(with_vocab(db, path), path, "SELECT doc FROM temp.memories_vocab WHERE term = ?1") {
+    : db_(db),
+      path_(path),
+      vocab_(with_vocab(db, path), path, "SELECT doc FROM temp.memories_vocab WHERE term = ?1"),
+      data_version_(db, path, "PRAGMA data_version") {
   fts5_api* api = fts5_of(db, path);
   void* user_data = nullptr;
   if (api->xFindTokenizer(api, "porter", &user_data, &api_) != SQLITE_OK ||
@@ -88,9 +94,17 @@ int64_t QueryPlanner::memories_with(const std::string& word) {
   if (tokens.empty()) return 0;  // only symbols: the phrase matches nothing
   int64_t fewest = INT64_MAX;
   for (const auto& t : tokens) {
-    vocab_.bind(1, std::string_view(t));
-    const int64_t n = vocab_.step() ? vocab_.int64(0) : 0;
-    vocab_.reset();
+    int64_t n = 0;
+    if (auto it = counts_.find(t); it != counts_.end()) {
+      n = it->second;
+    } else {
+      vocab_.bind(1, std::string_view(t));
+      n = vocab_.step() ? vocab_.int64(0) : 0;
+      vocab_.reset();
+      // Only the costly counts: a rare word's is cheap to read again, and a word held by
+      // none must be seen as soon as a memory holds it.
+      if (n >= kCachedCount) counts_.emplace(t, n);
+    }
     fewest = std::min(fewest, n);
   }
   return fewest;
@@ -101,6 +115,13 @@ std::string QueryPlanner::plan(std::string_view text, int64_t n_memories) {
     std::string text;
     int64_t memories;
   };
+  const int64_t version = data_version_.step() ? data_version_.int64(0) : -1;
+  data_version_.reset();
+  if (version != counts_version_ || std::abs(n_memories - counts_n_) > counts_n_ / 16 || counts_.size() > 100000) {
+    counts_.clear();
+    counts_version_ = version;
+    counts_n_ = n_memories;
+  }
   std::vector<Word> words;
   for (auto& w : query_words(text)) {
     const int64_t n = memories_with(w);

@@ -16,6 +16,10 @@
 //    is always kept): the words left out are the commonest, whose IDF weighs least.
 // Below a few thousand memories only the first two rules ever apply, and the ranking is
 // the full query's BM25 (ties aside).
+// Counting a common word's memories reads its whole doclist, and common words come back
+// every turn, so the counts of common tokens (64 memories and more) are kept until another
+// process writes or the store grows or shrinks by a sixteenth: they only steer the
+// pruning, never a score.
 #include <sqlite3.h>
 
 #include <string>
@@ -52,7 +56,9 @@ class QueryPlanner {
   const std::string& path_;
   fts5_tokenizer api_{};
   Fts5Tokenizer* tokenizer_ = nullptr;
-  Statement vocab_;
+  Statement vocab_, data_version_;
+  std::unordered_map<std::string, int64_t> counts_;  // token -> memories holding it
+  int64_t counts_version_ = -1, counts_n_ = 0;       // the data_version and size they are from
 };
 
 }  // namespace kiln::memory
