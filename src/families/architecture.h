@@ -58,6 +58,7 @@ void load_phi3(Model& model);
 void load_gpt_oss(Model& model);
 void load_mamba2(Model& model);
 void load_granite_hybrid(Model& model);
+void load_bert(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).

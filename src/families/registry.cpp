@@ -16,6 +16,7 @@ constexpr Architecture kArchitectures[] = {
     {"gpt-oss", load_gpt_oss},
     {"mamba2", load_mamba2},
     {"granitehybrid", load_granite_hybrid},
+    {"bert", load_bert},
 };
 
 }  // namespace

@@ -132,7 +132,7 @@ void check_shape(const ModelShape& s) {
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if (!rope_family(s.arch) && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
+  if (!rope_family(s.arch) && s.arch != "mpt" && s.arch != "bert") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
   if (rope_family(s.arch) && head_dim_of(s) % 2) bad("the head size must be even for RoPE");
   if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
@@ -147,6 +147,34 @@ void check_shape(const ModelShape& s) {
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
 
+// BERT's tensors after token_embd: token types (2, as BERT's vocabularies state in
+// tokenizer.ggml.token_type_count), learned positions, the input LayerNorm, and post-norm
+// blocks with a bias on every matrix and norm. No output norm, no classifier.
+template <typename Matrix, typename Norm, typename Bias>
+void write_bert(const GenerateOptions& o, Matrix& matrix, Norm& norm, Bias& bias) {
+  const ModelShape& s = o.shape;
+  const uint64_t dim = s.dim, ffn = s.ffn_dim;
+  matrix("token_types.weight", 2, dim);
+  matrix("position_embd.weight", s.n_ctx, dim);
+  norm("token_embd_norm.weight");
+  bias("token_embd_norm.bias", dim);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+      matrix(b + m + ".weight", dim, dim);
+      bias(b + m + ".bias", dim);
+    }
+    norm(b + "attn_output_norm.weight");
+    bias(b + "attn_output_norm.bias", dim);
+    matrix(b + "ffn_up.weight", ffn, dim);
+    bias(b + "ffn_up.bias", ffn);
+    matrix(b + "ffn_down.weight", dim, ffn);
+    bias(b + "ffn_down.bias", dim);
+    norm(b + "layer_output_norm.weight");
+    bias(b + "layer_output_norm.bias", dim);
+  }
+}
+
 // The model around a vocabulary: `write_tokenizer` puts its tokenizer.* keys where a
 // converter would, after the hyperparameters.
 template <typename WriteTokenizer>
@@ -159,7 +187,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   using gguf::Value;
   gguf::Writer w;
   const std::string a = s.arch + ".";
-  const bool mpt = s.arch == "mpt";
+  const bool mpt = s.arch == "mpt", bert = s.arch == "bert";
   w.set("general.architecture", Value::of_string(s.arch));
   w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
   w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
@@ -192,7 +220,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     if (s.arch != "llama" && !granite) w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));
     if (s.shared_expert_ffn_dim) w.set(a + "expert_shared_feed_forward_length", Value::of_u32(s.shared_expert_ffn_dim));
   }
-  if (mpt) {
+  if (s.pooling_type >= 0) w.set(a + "pooling_type", Value::of_u32(uint32_t(s.pooling_type)));
+  if (bert) {  // as llama.cpp's converter writes a BertModel
+    w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
+    w.set(a + "attention.causal", Value::of_bool(false));
+  } else if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
     if (s.clamp_kqv > 0) w.set(a + "attention.clamp_kqv", Value::of_f32(s.clamp_kqv));
@@ -279,6 +311,10 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3", gpt_oss = s.arch == "gpt-oss";
   const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
+  if (bert) {
+    write_bert(o, matrix, norm, bias);
+    return w;
+  }
   norm("output_norm.weight");
   if (mpt) bias("output_norm.bias", dim);
   if (!o.tie_output && !gemma) matrix("output.weight", n_vocab, dim);

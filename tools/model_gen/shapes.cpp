@@ -126,6 +126,10 @@ const ModelShape kShapes[] = {
      .n_experts_used = 6, .expert_ffn_dim = 512, .ssm_d_state = 128, .ssm_head_dim = 64, .ssm_n_groups = 1,
      .attn_layers = {5, 11, 17, 23}, .shared_expert_ffn_dim = 1024, .embedding_scale = 12.0f,
      .residual_scale = 0.22f, .attention_scale = 0.0078125f, .logit_scale = 6.0f, .nope = true},
+    // BERT (bge-small-en's layout: post-norm blocks, learned positions, token types, GELU,
+    // every bias, non-causal attention, CLS pooling, LayerNorm eps 1e-12) at the tiny width.
+    {.name = "bert-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn_dim = 160, .n_ctx = 512,
+     .rms_eps = 1e-12f, .arch = "bert", .biases = true, .pooling_type = 2},
 };
 
 }  // namespace

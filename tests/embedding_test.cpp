@@ -1,0 +1,218 @@
+// Embeddings (kiln/embedding.h, kiln embed) against llama.cpp's llama-embedding: a tiny
+// random-weight BERT from kiln's generator (byte-identical to the file llama.cpp ran: its
+// sha256 is committed) must give llama-embedding's vectors for every text and pooling
+// (cosine >= 0.9999 after euclidean normalisation), whichever texts share a batch; and
+// `kiln embed` must print them in llama-embedding's formats and refuse bad input in one
+// line. tests/data/embeddings/README.md says how the references were made.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/embedding.h"
+#include "kiln/error.h"
+#include "kiln/gguf.h"
+#include "kiln/model.h"
+#include "model_gen/generate_model.h"
+#include "sha256.h"
+#include "test_util.h"
+
+using namespace kiln::test;
+
+namespace {
+
+std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/embeddings/" + name; }
+
+// The file of tests/data/embeddings/README.md's kiln-gen line, written once.
+const std::string& bert_tiny() {
+  static const std::string path = [] {
+    const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-bert-bge.gguf"));
+    const std::vector<uint8_t> bytes = kiln::gen::build_model(kiln::gen::peaky_options("bert-tiny", 7), *vocab).to_bytes();
+    EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), trim(read_file(data_path("bert-tiny.gguf.sha256"))))
+        << "the generator no longer writes the file llama.cpp evaluated";
+    const std::string p = temp_dir() + "/bert-tiny.gguf";
+    write_file(p, std::string(bytes.begin(), bytes.end()));
+    return p;
+  }();
+  return path;
+}
+
+// The texts llama-embedding embedded, one a line.
+std::vector<std::string> reference_texts() {
+  std::vector<std::string> texts;
+  std::string content = read_file(data_path("texts.txt")), line;
+  std::istringstream in(content);
+  while (std::getline(in, line)) texts.push_back(line);
+  return texts;
+}
+
+// llama-embedding's --embd-output-format json: data[i].embedding.
+std::vector<std::vector<float>> json_vectors(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  std::vector<std::vector<float>> out;
+  for (const auto& item : j.at("data")) out.push_back(item.at("embedding").get<std::vector<float>>());
+  return out;
+}
+
+std::vector<std::vector<float>> normalized(std::vector<std::vector<float>> v, int norm = 2) {
+  for (auto& x : v) kiln::normalize_embedding(x, norm);
+  return v;
+}
+
+class BertReference : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BertReference, MatchesLlamaEmbedding) {
+  const std::string pooling = GetParam();
+  const auto model = kiln::Model::load(bert_tiny());
+  EXPECT_EQ(model->config().pooling, kiln::Pooling::cls);  // the file's pooling_type
+  EXPECT_FALSE(model->config().causal);
+  const auto reference = json_vectors(read_file(data_path("bert-tiny." + pooling + ".json")));
+  const auto texts = reference_texts();
+  kiln::Embedder embedder(*model, {.pooling = kiln::pooling_from_name(pooling)});
+  const auto ours = normalized(embedder.embed(texts));
+  ASSERT_EQ(ours.size(), reference.size());
+  double worst = 1;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    ASSERT_EQ(ours[i].size(), 64u);
+    const double cos = kiln::cosine_similarity(ours[i], reference[i]);
+    worst = std::min(worst, cos);
+    EXPECT_GE(cos, 0.9999) << pooling << " vector " << i;
+  }
+  std::printf("[ bert-tiny ] pooling %s: %zu vectors, lowest cosine to llama-embedding %.8f\n", pooling.c_str(),
+              ours.size(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Poolings, BertReference, ::testing::Values("cls", "mean", "last", "none"));
+
+// The same tokens as llama.cpp (llama-embedding --verbose-prompt), [CLS] ... [SEP].
+TEST(Embedding, BertTokenizesAsLlamaCpp) {
+  const auto model = kiln::Model::load(bert_tiny());
+  kiln::Embedder embedder(*model);
+  const auto texts = reference_texts();
+  std::istringstream in(read_file(data_path("tokens.txt")));
+  std::string line;
+  for (size_t i = 0; std::getline(in, line); ++i) {
+    ASSERT_LT(i, texts.size());
+    std::vector<int32_t> expect;
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) expect.push_back(id);
+    EXPECT_EQ(embedder.tokenize(texts[i]), expect) << texts[i];
+  }
+}
+
+// A text's vector is the same bits alone, among others, or batched with others in
+// another order: each text is its own sequence, attending only to itself.
+TEST(Embedding, BatchInvariant) {
+  const auto model = kiln::Model::load(bert_tiny());
+  const auto texts = reference_texts();
+  for (const char* pooling : {"mean", "none"}) {
+    kiln::Embedder embedder(*model, {.pooling = kiln::pooling_from_name(pooling)});
+    const auto together = embedder.embed(texts);
+    std::vector<std::vector<float>> alone;
+    for (const std::string& t : texts)
+      for (auto& v : embedder.embed(std::span(&t, 1))) alone.push_back(std::move(v));
+    EXPECT_EQ(together, alone) << pooling;
+  }
+  // A context of 32 tokens (the longest text has 31): the texts split over several
+  // forward passes.
+  kiln::Embedder small(*model, {.pooling = kiln::Pooling::mean, .n_ctx = 32});
+  kiln::Embedder large(*model, {.pooling = kiln::Pooling::mean});
+  EXPECT_EQ(small.embed(texts), large.embed(texts));
+}
+
+TEST(Embedding, NormalizeAsLlamaCpp) {
+  const auto norm = [](std::vector<float> v, int n) {
+    kiln::normalize_embedding(v, n);
+    return v;
+  };
+  EXPECT_EQ(norm({3, -4}, 2), (std::vector<float>{0.6f, -0.8f}));
+  EXPECT_EQ(norm({3, -4}, -1), (std::vector<float>{3, -4}));
+  EXPECT_EQ(norm({1, -3}, 1), (std::vector<float>{0.25f, -0.75f}));
+  EXPECT_EQ(norm({1, -2}, 0), (std::vector<float>{16380, -32760}));
+  const auto p3 = norm({1, 2}, 3);
+  EXPECT_NEAR(std::cbrt(std::pow(p3[0], 3) + std::pow(p3[1], 3)), 1.0, 1e-6);
+  EXPECT_EQ(norm({0, 0}, 2), (std::vector<float>{0, 0}));
+}
+
+TEST(Embedding, RefusesTextsLongerThanTheContext) {
+  const auto model = kiln::Model::load(bert_tiny());
+  kiln::Embedder embedder(*model, {.pooling = std::nullopt, .n_ctx = 8});
+  const std::vector<std::string> texts = {"short", "a text of many more words than the eight tokens allowed here"};
+  try {
+    embedder.embed(texts);
+    FAIL() << "no error";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 1 has"), std::string::npos) << e.what();
+  }
+  // Learned positions end at context_length (512).
+  EXPECT_THROW(kiln::Embedder(*model, {.pooling = std::nullopt, .n_ctx = 1024}), kiln::Error);
+}
+
+// kiln embed prints llama-embedding's formats, with the vectors the API gives.
+TEST(EmbedCommand, FormatsAndValues) {
+  const std::string m = shell_quote(bert_tiny());
+  const auto texts = reference_texts();
+  const auto model = kiln::Model::load(bert_tiny());
+  kiln::Embedder embedder(*model);
+  const auto expect = normalized(embedder.embed(std::vector<std::string>(texts.begin(), texts.begin() + 2)));
+
+  const CommandResult json = run_command(kiln_binary() + " embed " + m + " " + shell_quote(texts[0]) + " " +
+                                         shell_quote(texts[1]) + " --embd-output-format json --quiet");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_TRUE(json.out.starts_with("{\n  \"object\": \"list\",\n  \"data\": [\n    {\n      \"object\": \"embedding\",\n"
+                                   "      \"index\": 0,\n      \"embedding\": ["))
+      << json.out.substr(0, 200);
+  const auto got = json_vectors(json.out);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t d = 0; d < expect[i].size(); ++d) EXPECT_NEAR(got[i][d], expect[i][d], 1e-7);
+
+  // -f: one text a line; array and raw formats.
+  write_file(temp_dir() + "/texts.txt", texts[0] + "\n" + texts[1] + "\n");
+  const CommandResult array =
+      run_command(kiln_binary() + " embed " + m + " -f " + shell_quote(temp_dir() + "/texts.txt") + " --embd-output-format array -q");
+  ASSERT_EQ(array.exit_code, 0) << array.err;
+  EXPECT_EQ(nlohmann::json::parse(array.out).get<std::vector<std::vector<float>>>(), got);
+  const CommandResult raw = run_command(kiln_binary() + " embed " + m + " -p " + shell_quote(texts[0] + "\n" + texts[1]) +
+                                        " --embd-output-format raw -q");
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  std::istringstream lines(raw.out);
+  std::string line;
+  for (size_t i = 0; std::getline(lines, line); ++i) {
+    ASSERT_LT(i, 2u);
+    std::istringstream values(line);
+    std::vector<float> v;
+    for (float x; values >> x;) v.push_back(x);
+    EXPECT_EQ(v, got[i]);
+  }
+  // --embd-normalize 0: integers scaled to the int16 range.
+  const CommandResult ints = run_command(kiln_binary() + " embed " + m + " " + shell_quote(texts[0]) +
+                                         " --embd-normalize 0 --embd-output-format raw -q");
+  ASSERT_EQ(ints.exit_code, 0) << ints.err;
+  EXPECT_EQ(ints.out.find('.'), std::string::npos);
+  EXPECT_NE(ints.out.find("32760"), std::string::npos);
+}
+
+TEST(EmbedCommand, BadInputIsOneLine) {
+  const std::string m = shell_quote(bert_tiny());
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m + " hello --pooling max"), 2, "--pooling");
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m + " hello --embd-output-format xml"), 2,
+                        "--embd-output-format");
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m + " hello --embd-normalize -2"), 2, "--embd-normalize");
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m), 2, "texts");
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m + " -c 4 'more than four tokens here'"), 1,
+                        "more than the context");
+  expect_one_line_error(run_command(kiln_binary() + " embed " + m + " -f /nonexistent/texts.txt"), 1, "/nonexistent/texts.txt");
+  // A recurrent model has no attention to embed with.
+  const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-gpt-neox.gguf"));
+  auto o = kiln::gen::peaky_options("mamba2-tiny", 1, true);
+  o.shape.n_layers = 1;
+  const std::string mamba = temp_dir() + "/mamba2.gguf";
+  kiln::gen::build_model(o, *vocab).write(mamba);
+  expect_one_line_error(run_command(kiln_binary() + " embed " + shell_quote(mamba) + " hello --pooling cls"), 1,
+                        "recurrent");
+}
+
+}  // namespace
