@@ -1,5 +1,5 @@
 // Embeddings (kiln/embedding.h, kiln embed) against llama.cpp's llama-embedding: a tiny
-// random-weight BERT from kiln's generator (byte-identical to the file llama.cpp ran: its
+// random-weight BERT and nomic-bert from kiln's generator (byte-identical to the file llama.cpp ran: its
 // sha256 is committed) must give llama-embedding's vectors for every text and pooling
 // (cosine >= 0.9999 after euclidean normalisation), whichever texts share a batch; and
 // `kiln embed` must print them in llama-embedding's formats and refuse bad input in one
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,19 +26,23 @@ namespace {
 
 std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/embeddings/" + name; }
 
-// The file of tests/data/embeddings/README.md's kiln-gen line, written once.
-const std::string& bert_tiny() {
-  static const std::string path = [] {
+// The file of one of tests/data/embeddings/README.md's kiln-gen lines (the shape names
+// it), written once.
+const std::string& reference_file(const std::string& shape) {
+  static std::map<std::string, std::string> written;
+  auto it = written.find(shape);
+  if (it == written.end()) {
     const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-bert-bge.gguf"));
-    const std::vector<uint8_t> bytes = kiln::gen::build_model(kiln::gen::peaky_options("bert-tiny", 7), *vocab).to_bytes();
-    EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), trim(read_file(data_path("bert-tiny.gguf.sha256"))))
+    const std::vector<uint8_t> bytes = kiln::gen::build_model(kiln::gen::peaky_options(shape, 7), *vocab).to_bytes();
+    EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), trim(read_file(data_path(shape + ".gguf.sha256"))))
         << "the generator no longer writes the file llama.cpp evaluated";
-    const std::string p = temp_dir() + "/bert-tiny.gguf";
+    const std::string p = temp_dir() + "/" + shape + ".gguf";
     write_file(p, std::string(bytes.begin(), bytes.end()));
-    return p;
-  }();
-  return path;
+    it = written.emplace(shape, p).first;
+  }
+  return it->second;
 }
+const std::string& bert_tiny() { return reference_file("bert-tiny"); }
 
 // The texts llama-embedding embedded, one a line.
 std::vector<std::string> reference_texts() {
@@ -61,14 +66,20 @@ std::vector<std::vector<float>> normalized(std::vector<std::vector<float>> v, in
   return v;
 }
 
-class BertReference : public ::testing::TestWithParam<const char*> {};
+struct Case {
+  const char* shape;    // kiln-gen --shape, and the stem of the reference files
+  const char* pooling;  // llama-embedding --pooling
+  kiln::Pooling file_pooling;
+};
 
-TEST_P(BertReference, MatchesLlamaEmbedding) {
-  const std::string pooling = GetParam();
-  const auto model = kiln::Model::load(bert_tiny());
-  EXPECT_EQ(model->config().pooling, kiln::Pooling::cls);  // the file's pooling_type
+class EncoderReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EncoderReference, MatchesLlamaEmbedding) {
+  const std::string shape = GetParam().shape, pooling = GetParam().pooling;
+  const auto model = kiln::Model::load(reference_file(shape));
+  EXPECT_EQ(model->config().pooling, GetParam().file_pooling);  // the file's pooling_type
   EXPECT_FALSE(model->config().causal);
-  const auto reference = json_vectors(read_file(data_path("bert-tiny." + pooling + ".json")));
+  const auto reference = json_vectors(read_file(data_path(shape + "." + pooling + ".json")));
   const auto texts = reference_texts();
   kiln::Embedder embedder(*model, {.pooling = kiln::pooling_from_name(pooling)});
   const auto ours = normalized(embedder.embed(texts));
@@ -80,11 +91,24 @@ TEST_P(BertReference, MatchesLlamaEmbedding) {
     worst = std::min(worst, cos);
     EXPECT_GE(cos, 0.9999) << pooling << " vector " << i;
   }
-  std::printf("[ bert-tiny ] pooling %s: %zu vectors, lowest cosine to llama-embedding %.8f\n", pooling.c_str(),
-              ours.size(), worst);
+  std::printf("[ %s ] pooling %s: %zu vectors, lowest cosine to llama-embedding %.8f\n", shape.c_str(),
+              pooling.c_str(), ours.size(), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Poolings, BertReference, ::testing::Values("cls", "mean", "last", "none"));
+// bert: learned positions, GELU with biases; nomic-bert: rotary positions, fused QKV, SwiGLU.
+INSTANTIATE_TEST_SUITE_P(Files, EncoderReference,
+                         ::testing::Values(Case{"bert-tiny", "cls", kiln::Pooling::cls},
+                                           Case{"bert-tiny", "mean", kiln::Pooling::cls},
+                                           Case{"bert-tiny", "last", kiln::Pooling::cls},
+                                           Case{"bert-tiny", "none", kiln::Pooling::cls},
+                                           Case{"nomic-bert-tiny", "mean", kiln::Pooling::mean},
+                                           Case{"nomic-bert-tiny", "cls", kiln::Pooling::mean},
+                                           Case{"nomic-bert-tiny", "none", kiln::Pooling::mean}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.shape) + "_" + info.param.pooling;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 // The same tokens as llama.cpp (llama-embedding --verbose-prompt), [CLS] ... [SEP].
 TEST(Embedding, BertTokenizesAsLlamaCpp) {

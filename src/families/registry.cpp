@@ -17,6 +17,7 @@ constexpr Architecture kArchitectures[] = {
     {"mamba2", load_mamba2},
     {"granitehybrid", load_granite_hybrid},
     {"bert", load_bert},
+    {"nomic-bert", load_nomic_bert},
 };
 
 }  // namespace

@@ -132,7 +132,7 @@ void check_shape(const ModelShape& s) {
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if (!rope_family(s.arch) && s.arch != "mpt" && s.arch != "bert") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
+  if (!rope_family(s.arch) && s.arch != "mpt" && s.arch != "bert" && s.arch != "nomic-bert") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
   if (rope_family(s.arch) && head_dim_of(s) % 2) bad("the head size must be even for RoPE");
   if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
@@ -147,31 +147,41 @@ void check_shape(const ModelShape& s) {
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
 
-// BERT's tensors after token_embd: token types (2, as BERT's vocabularies state in
-// tokenizer.ggml.token_type_count), learned positions, the input LayerNorm, and post-norm
-// blocks with a bias on every matrix and norm. No output norm, no classifier.
-template <typename Matrix, typename Norm, typename Bias>
-void write_bert(const GenerateOptions& o, Matrix& matrix, Norm& norm, Bias& bias) {
+// The encoders' tensors after token_embd: token types (2, as BERT's vocabularies state
+// in tokenizer.ggml.token_type_count), BERT's learned positions, the input LayerNorm, and
+// post-norm blocks whose LayerNorms always have biases. BERT: Q, K, V and output with
+// biases, a GELU MLP with biases. nomic-bert: one attn_qkv and the output without biases,
+// a SwiGLU without biases (as nomic-embed-text's converter writes it). No output norm, no
+// classifier. `bias` writes a bias when the shape has them, `norm_bias` always.
+template <typename Matrix, typename Norm, typename Bias, typename NormBias>
+void write_encoder(const GenerateOptions& o, Matrix& matrix, Norm& norm, Bias& bias, NormBias& norm_bias) {
   const ModelShape& s = o.shape;
+  const bool nomic = s.arch == "nomic-bert";
   const uint64_t dim = s.dim, ffn = s.ffn_dim;
   matrix("token_types.weight", 2, dim);
-  matrix("position_embd.weight", s.n_ctx, dim);
+  if (!nomic) matrix("position_embd.weight", s.n_ctx, dim);
   norm("token_embd_norm.weight");
-  bias("token_embd_norm.bias", dim);
+  norm_bias("token_embd_norm.bias", dim);
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
-      matrix(b + m + ".weight", dim, dim);
-      bias(b + m + ".bias", dim);
+    if (nomic) {
+      matrix(b + "attn_qkv.weight", 3 * dim, dim);
+      matrix(b + "attn_output.weight", dim, dim);
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+        matrix(b + m + ".weight", dim, dim);
+        bias(b + m + ".bias", dim);
+      }
     }
     norm(b + "attn_output_norm.weight");
-    bias(b + "attn_output_norm.bias", dim);
+    norm_bias(b + "attn_output_norm.bias", dim);
     matrix(b + "ffn_up.weight", ffn, dim);
     bias(b + "ffn_up.bias", ffn);
+    if (nomic) matrix(b + "ffn_gate.weight", ffn, dim);
     matrix(b + "ffn_down.weight", dim, ffn);
     bias(b + "ffn_down.bias", dim);
     norm(b + "layer_output_norm.weight");
-    bias(b + "layer_output_norm.bias", dim);
+    norm_bias(b + "layer_output_norm.bias", dim);
   }
 }
 
@@ -187,7 +197,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   using gguf::Value;
   gguf::Writer w;
   const std::string a = s.arch + ".";
-  const bool mpt = s.arch == "mpt", bert = s.arch == "bert";
+  const bool mpt = s.arch == "mpt", bert = s.arch == "bert" || s.arch == "nomic-bert";
   w.set("general.architecture", Value::of_string(s.arch));
   w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
   w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
@@ -221,9 +231,10 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     if (s.shared_expert_ffn_dim) w.set(a + "expert_shared_feed_forward_length", Value::of_u32(s.shared_expert_ffn_dim));
   }
   if (s.pooling_type >= 0) w.set(a + "pooling_type", Value::of_u32(uint32_t(s.pooling_type)));
-  if (bert) {  // as llama.cpp's converter writes a BertModel
+  if (bert) {  // as llama.cpp's converter writes a BertModel (or NomicBertModel)
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.causal", Value::of_bool(false));
+    if (s.arch == "nomic-bert") w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
   } else if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
@@ -301,9 +312,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     n = n ? n : s.dim;
     w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
   };
+  auto norm_bias = [&](const std::string& name, uint64_t n) {
+    w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 0.0, half_width, stream_seed(o.seed, name)));
+  };
   auto bias = [&](const std::string& name, uint64_t n) {
-    if (s.biases)
-      w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 0.0, half_width, stream_seed(o.seed, name)));
+    if (s.biases) norm_bias(name, n);
   };
 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
@@ -312,7 +325,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
   if (bert) {
-    write_bert(o, matrix, norm, bias);
+    write_encoder(o, matrix, norm, bias, norm_bias);
     return w;
   }
   norm("output_norm.weight");
