@@ -1,5 +1,5 @@
 // Embeddings (kiln/embedding.h, kiln embed) against llama.cpp's llama-embedding: a tiny
-// random-weight BERT and nomic-bert from kiln's generator (byte-identical to the file llama.cpp ran: its
+// random-weight BERT, nomic-bert and Qwen3 embedder from kiln's generator (byte-identical to the file llama.cpp ran: its
 // sha256 is committed) must give llama-embedding's vectors for every text and pooling
 // (cosine >= 0.9999 after euclidean normalisation), whichever texts share a batch; and
 // `kiln embed` must print them in llama-embedding's formats and refuse bad input in one
@@ -27,13 +27,20 @@ namespace {
 std::string data_path(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/embeddings/" + name; }
 
 // The file of one of tests/data/embeddings/README.md's kiln-gen lines (the shape names
-// it), written once.
+// it), written once: the encoders with BGE's WordPiece vocabulary, the decoder with
+// Qwen3's own (tied output, as the qwen3-tiny family reference).
 const std::string& reference_file(const std::string& shape) {
   static std::map<std::string, std::string> written;
   auto it = written.find(shape);
   if (it == written.end()) {
-    const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-bert-bge.gguf"));
-    const std::vector<uint8_t> bytes = kiln::gen::build_model(kiln::gen::peaky_options(shape, 7), *vocab).to_bytes();
+    std::vector<uint8_t> bytes;
+    if (shape.starts_with("qwen3")) {
+      const auto tok = kiln::Tokenizer::from_file(shared_path("tokenizers/qwen3-hf/tokenizer.json"));
+      bytes = kiln::gen::build_model(kiln::gen::peaky_options(shape, 7, /*tie_output=*/true), tok->vocab()).to_bytes();
+    } else {
+      const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-bert-bge.gguf"));
+      bytes = kiln::gen::build_model(kiln::gen::peaky_options(shape, 7), *vocab).to_bytes();
+    }
     EXPECT_EQ(sha256_hex(bytes.data(), bytes.size()), trim(read_file(data_path(shape + ".gguf.sha256"))))
         << "the generator no longer writes the file llama.cpp evaluated";
     const std::string p = temp_dir() + "/" + shape + ".gguf";
@@ -70,15 +77,16 @@ struct Case {
   const char* shape;    // kiln-gen --shape, and the stem of the reference files
   const char* pooling;  // llama-embedding --pooling
   kiln::Pooling file_pooling;
+  bool causal = false;
 };
 
-class EncoderReference : public ::testing::TestWithParam<Case> {};
+class EmbeddingReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(EncoderReference, MatchesLlamaEmbedding) {
+TEST_P(EmbeddingReference, MatchesLlamaEmbedding) {
   const std::string shape = GetParam().shape, pooling = GetParam().pooling;
   const auto model = kiln::Model::load(reference_file(shape));
   EXPECT_EQ(model->config().pooling, GetParam().file_pooling);  // the file's pooling_type
-  EXPECT_FALSE(model->config().causal);
+  EXPECT_EQ(model->config().causal, GetParam().causal);
   const auto reference = json_vectors(read_file(data_path(shape + "." + pooling + ".json")));
   const auto texts = reference_texts();
   kiln::Embedder embedder(*model, {.pooling = kiln::pooling_from_name(pooling)});
@@ -95,50 +103,62 @@ TEST_P(EncoderReference, MatchesLlamaEmbedding) {
               pooling.c_str(), ours.size(), worst);
 }
 
-// bert: learned positions, GELU with biases; nomic-bert: rotary positions, fused QKV, SwiGLU.
-INSTANTIATE_TEST_SUITE_P(Files, EncoderReference,
+// bert: learned positions, GELU with biases; nomic-bert: rotary positions, fused QKV,
+// SwiGLU; qwen3 (Qwen3-Embedding's kind): a causal decoder pooled at its last token.
+INSTANTIATE_TEST_SUITE_P(Files, EmbeddingReference,
                          ::testing::Values(Case{"bert-tiny", "cls", kiln::Pooling::cls},
                                            Case{"bert-tiny", "mean", kiln::Pooling::cls},
                                            Case{"bert-tiny", "last", kiln::Pooling::cls},
                                            Case{"bert-tiny", "none", kiln::Pooling::cls},
                                            Case{"nomic-bert-tiny", "mean", kiln::Pooling::mean},
                                            Case{"nomic-bert-tiny", "cls", kiln::Pooling::mean},
-                                           Case{"nomic-bert-tiny", "none", kiln::Pooling::mean}),
+                                           Case{"nomic-bert-tiny", "none", kiln::Pooling::mean},
+                                           // A decoder embedder: causal attention, output norm, EOS last.
+                                           Case{"qwen3-embedding-tiny", "last", kiln::Pooling::last, true},
+                                           Case{"qwen3-embedding-tiny", "mean", kiln::Pooling::last, true}),
                          [](const auto& info) {
                            std::string name = std::string(info.param.shape) + "_" + info.param.pooling;
                            for (char& c : name) c = c == '-' ? '_' : c;
                            return name;
                          });
 
-// The same tokens as llama.cpp (llama-embedding --verbose-prompt), [CLS] ... [SEP].
-TEST(Embedding, BertTokenizesAsLlamaCpp) {
-  const auto model = kiln::Model::load(bert_tiny());
-  kiln::Embedder embedder(*model);
-  const auto texts = reference_texts();
-  std::istringstream in(read_file(data_path("tokens.txt")));
-  std::string line;
-  for (size_t i = 0; std::getline(in, line); ++i) {
-    ASSERT_LT(i, texts.size());
-    std::vector<int32_t> expect;
-    std::istringstream ids(line);
-    for (int32_t id; ids >> id;) expect.push_back(id);
-    EXPECT_EQ(embedder.tokenize(texts[i]), expect) << texts[i];
+// The same tokens as llama.cpp (llama-embedding --verbose-prompt): WordPiece's [CLS] ...
+// [SEP]; Qwen's BPE without BOS and with EOS (add_eos_token).
+TEST(Embedding, TokenizesAsLlamaCpp) {
+  for (const char* shape : {"bert-tiny", "qwen3-embedding-tiny"}) {
+    const auto model = kiln::Model::load(reference_file(shape));
+    kiln::Embedder embedder(*model);
+    const auto texts = reference_texts();
+    std::istringstream in(read_file(data_path(std::string(shape) + ".tokens.txt")));
+    std::string line;
+    size_t i = 0;
+    for (; std::getline(in, line); ++i) {
+      ASSERT_LT(i, texts.size());
+      std::vector<int32_t> expect;
+      std::istringstream ids(line);
+      for (int32_t id; ids >> id;) expect.push_back(id);
+      EXPECT_EQ(embedder.tokenize(texts[i]), expect) << shape << ": " << texts[i];
+    }
+    EXPECT_EQ(i, texts.size()) << shape;
   }
 }
 
 // A text's vector is the same bits alone, among others, or batched with others in
 // another order: each text is its own sequence, attending only to itself.
 TEST(Embedding, BatchInvariant) {
-  const auto model = kiln::Model::load(bert_tiny());
   const auto texts = reference_texts();
-  for (const char* pooling : {"mean", "none"}) {
-    kiln::Embedder embedder(*model, {.pooling = kiln::pooling_from_name(pooling)});
-    const auto together = embedder.embed(texts);
-    std::vector<std::vector<float>> alone;
-    for (const std::string& t : texts)
-      for (auto& v : embedder.embed(std::span(&t, 1))) alone.push_back(std::move(v));
-    EXPECT_EQ(together, alone) << pooling;
+  for (const char* shape : {"bert-tiny", "qwen3-embedding-tiny"}) {
+    const auto m = kiln::Model::load(reference_file(shape));
+    for (const char* pooling : {"mean", "none"}) {
+      kiln::Embedder embedder(*m, {.pooling = kiln::pooling_from_name(pooling)});
+      const auto together = embedder.embed(texts);
+      std::vector<std::vector<float>> alone;
+      for (const std::string& t : texts)
+        for (auto& v : embedder.embed(std::span(&t, 1))) alone.push_back(std::move(v));
+      EXPECT_EQ(together, alone) << shape << " " << pooling;
+    }
   }
+  const auto model = kiln::Model::load(bert_tiny());
   // A context of 32 tokens (the longest text has 31): the texts split over several
   // forward passes.
   kiln::Embedder small(*model, {.pooling = kiln::Pooling::mean, .n_ctx = 32});

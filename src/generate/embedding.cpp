@@ -59,8 +59,9 @@ Embedder::~Embedder() = default;
 size_t Embedder::max_tokens() const { return size_t(session_.n_batch()); }
 
 std::vector<int32_t> Embedder::tokenize(std::string_view text) const {
-  const Tokenizer& tok = model_.tokenizer();
-  return tok.encode(text, tok.vocab().add_bos, /*parse_special=*/true);
+  // true: the special tokens the vocabulary adds (BOS or [CLS] when it asks for one,
+  // EOS when add_eos_token says so, [SEP] after WordPiece's [CLS]).
+  return model_.tokenizer().encode(text, /*add_bos=*/true, /*parse_special=*/true);
 }
 
 std::vector<std::vector<float>> Embedder::embed(std::span<const std::string> texts) {

@@ -280,6 +280,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   write_tokenizer(w);
   if (!s.tokenizer_pre.empty()) w.set("tokenizer.ggml.pre", Value::of_string(s.tokenizer_pre));
+  if (s.add_eos_token) w.set("tokenizer.ggml.add_eos_token", Value::of_bool(true));
 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
   const double residual_half_width = o.residual_std > 0 ? o.residual_std * std::sqrt(3.0) : half_width;

@@ -80,6 +80,9 @@ struct ModelShape {
   bool nope = false;
   // <arch>.pooling_type when >= 0 (1 mean, 2 cls, 3 last): an embedding model's.
   int32_t pooling_type = -1;
+  // tokenizer.ggml.add_eos_token true whatever the vocabulary's source says: decoder
+  // embedders (Qwen3-Embedding) end every text with EOS, whose hidden state is pooled.
+  bool add_eos_token = false;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",

@@ -32,6 +32,11 @@ const ModelShape kShapes[] = {
     // Qwen3: per-head Q/K RMSNorm, heads x head size (4 x 32) wider than dim.
     {.name = "qwen3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
+    // Qwen3-Embedding's kind: qwen3-tiny with pooling_type 3 (the last token's hidden
+    // state after the output norm) and every text ending with EOS.
+    {.name = "qwen3-embedding-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160,
+     .n_ctx = 256, .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32, .pooling_type = 3,
+     .add_eos_token = true},
     // Qwen3-30B-A3B's layout (128 experts, 8 used, expert width 768 of a 2048 model)
     // scaled down: 8 experts, 2 used, width 48.
     // Mixtral 8x7B's layout (a llama file with 8 experts, 2 used) at the tiny width.
