@@ -239,6 +239,17 @@ TEST(EmbedCommand, FormatsAndValues) {
   EXPECT_NE(ints.out.find("32760"), std::string::npos);
 }
 
+// kiln info names what sets an encoder apart.
+TEST(EmbedCommand, InfoDescribesTheEncoder) {
+  const CommandResult r = run_command(kiln_binary() + " info " + shell_quote(bert_tiny()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"architecture: bert", "positions:    learned (position_embd, 512)", "GELU MLP",
+                           "post-norm blocks", "non-causal attention", "token type embeddings",
+                           "output:       hidden states", "pooling:      cls"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  EXPECT_EQ(r.out.find("ignored:"), std::string::npos) << r.out;
+}
+
 TEST(EmbedCommand, BadInputIsOneLine) {
   const std::string m = shell_quote(bert_tiny());
   expect_one_line_error(run_command(kiln_binary() + " embed " + m + " hello --pooling max"), 2, "--pooling");
@@ -249,6 +260,8 @@ TEST(EmbedCommand, BadInputIsOneLine) {
   expect_one_line_error(run_command(kiln_binary() + " embed " + m + " -c 4 'more than four tokens here'"), 1,
                         "more than the context");
   expect_one_line_error(run_command(kiln_binary() + " embed " + m + " -f /nonexistent/texts.txt"), 1, "/nonexistent/texts.txt");
+  // An encoder has no classifier to generate with.
+  expect_one_line_error(run_command(kiln_binary() + " run " + m + " hello -n 4"), 1, "no classifier");
   // A recurrent model has no attention to embed with.
   const auto vocab = kiln::gguf::File::open(shared_path("vocab/ggml-vocab-gpt-neox.gguf"));
   auto o = kiln::gen::peaky_options("mamba2-tiny", 1, true);

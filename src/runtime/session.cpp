@@ -157,6 +157,14 @@ struct Session::Impl {
   }
 
   int32_t length(int32_t seq) const { return int32_t(kv->length(seq)); }
+  // An encoder (BERT) has no classifier: its sessions give hidden states only
+  // (decode_batch_hidden), and asking for logits is an error, not a null matrix.
+  void check_classifier() const {
+    if (!model.output)
+      throw Error(model.file().path() + ": this " + c.arch +
+                  " model has no classifier (output.weight) and cannot predict tokens; it computes embeddings "
+                  "(kiln embed)");
+  }
 
   // Keeps positions [0, n) of a sequence; recurrent layers go back to its checkpoint
   // when that lies in [.., n], else to nothing (Session::truncate).
@@ -205,6 +213,7 @@ std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all
 
 std::span<const float> Session::decode_sequence(int32_t seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& s = *impl_;
+  s.check_classifier();
   const size_t n_vocab = s.c.n_vocab;
   if (tokens.empty()) return {};
   const int32_t n_past = s.length(seq);
@@ -403,6 +412,7 @@ void Session::truncate_sequence(int32_t seq, int32_t n) {
 
 std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens) {
   Impl& s = *impl_;
+  s.check_classifier();
   const size_t n_vocab = s.c.n_vocab, n = seqs.size();
   if (tokens.size() != n)
     throw Error("decode_parallel: " + std::to_string(n) + " sequences but " + std::to_string(tokens.size()) + " tokens");
@@ -469,6 +479,7 @@ size_t lay_out_batch(Impl& s, std::span<const Session::BatchPart> parts) {
 
 std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
   Impl& s = *impl_;
+  s.check_classifier();
   const size_t B = lay_out_batch(s, parts);
   if (parts.empty()) return {};
   size_t n_rows = 0;
