@@ -231,6 +231,15 @@ TEST(EmbedCommand, FormatsAndValues) {
     for (float x; values >> x;) v.push_back(x);
     EXPECT_EQ(v, got[i]);
   }
+  // json+: the same vectors and their cosine similarity matrix.
+  const CommandResult plus = run_command(kiln_binary() + " embed " + m + " " + shell_quote(texts[0]) + " " +
+                                         shell_quote(texts[1]) + " --embd-output-format json+ -q");
+  ASSERT_EQ(plus.exit_code, 0) << plus.err;
+  EXPECT_EQ(json_vectors(plus.out), got);
+  const auto sim = nlohmann::json::parse(plus.out).at("cosineSimilarity").get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(sim.size(), 2u);
+  EXPECT_EQ(sim[0][0], 1.0f);
+  EXPECT_NEAR(sim[0][1], kiln::cosine_similarity(got[0], got[1]), 0.006);
   // --embd-normalize 0: integers scaled to the int16 range.
   const CommandResult ints = run_command(kiln_binary() + " embed " + m + " " + shell_quote(texts[0]) +
                                          " --embd-normalize 0 --embd-output-format raw -q");

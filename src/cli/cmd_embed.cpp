@@ -1,7 +1,8 @@
 // kiln embed MODEL TEXT...: text embeddings as llama.cpp's llama-embedding prints them,
 // with its flag names (--pooling, --embd-normalize, --embd-output-format,
-// --embd-separator) and output formats: json (OpenAI's list shape, llama-embedding's
-// exact text), array ([[...],[...]]) and raw (one vector per line). Each TEXT argument and
+// --embd-separator) and output formats: json (OpenAI's list shape, laid out as
+// llama-embedding prints it), json+ (and the texts' cosine similarities), array ([[...],[...]]) and raw
+// (one vector per line). Each TEXT argument and
 // each line of -f FILE is one text (split at --embd-separator, "\n" by default, as
 // llama-embedding splits its prompt); all of them run batched (kiln/embedding.h).
 #include <spdlog/spdlog.h>
@@ -58,7 +59,7 @@ std::string format_output(const std::vector<std::vector<float>>& vectors, const 
     }
     return out;
   }
-  const bool json = format == "json";
+  const bool json = format != "array";  // json, or json+ (with the cosine similarities)
   out += json ? "{\n  \"object\": \"list\",\n  \"data\": [\n" : "[";
   for (size_t j = 0; j < vectors.size(); ++j) {
     if (j) out += json ? ",\n" : ",";
@@ -70,7 +71,21 @@ std::string format_output(const std::vector<std::vector<float>>& vectors, const 
     }
     out += json ? "]\n    }" : "]";
   }
-  out += json ? "\n  ]\n}\n" : "]\n";
+  out += json ? "\n  ]" : "]\n";
+  if (format == "json+" && vectors.size() > 1) {  // llama-embedding's matrix, %6.2f
+    out += ",\n  \"cosineSimilarity\": [\n";
+    for (size_t i = 0; i < vectors.size(); ++i) {
+      out += i ? ",\n    [" : "    [";
+      for (size_t j = 0; j < vectors.size(); ++j) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%6.2f", j ? ", " : "", cosine_similarity(vectors[i], vectors[j]));
+        out += buf;
+      }
+      out += " ]";
+    }
+    out += "\n  ]";
+  }
+  if (json) out += "\n}\n";
   return out;
 }
 
@@ -82,8 +97,8 @@ int embed(const EmbedOptions& o) {
   if (o.embd_normalize < -1)
     throw UsageError("--embd-normalize must be -1 (none), 0 (int16), 1 (taxicab), 2 (euclidean) or a p > 2, not " +
                      std::to_string(o.embd_normalize));
-  if (o.format != "json" && o.format != "array" && o.format != "raw")
-    throw UsageError("--embd-output-format must be json, array or raw, not '" + o.format + "'");
+  if (o.format != "json" && o.format != "json+" && o.format != "array" && o.format != "raw")
+    throw UsageError("--embd-output-format must be json, json+, array or raw, not '" + o.format + "'");
   if (o.separator.empty()) throw UsageError("--embd-separator must not be empty");
   std::vector<std::string> texts;
   for (const std::string& t : o.texts)
@@ -125,7 +140,9 @@ void register_embed(CLI::App& app, Action& action) {
   cmd->add_option("--pooling", o->pooling, "none|mean|cls|last (default: the model's pooling_type)");
   cmd->add_option("--embd-normalize", o->embd_normalize,
                   "Normalisation: -1 none, 0 max absolute to int16, 1 taxicab, 2 euclidean (default), >2 p-norm");
-  cmd->add_option("--embd-output-format", o->format, "json (default; OpenAI style), array ([[...],...]) or raw (a line each)");
+  cmd->add_option("--embd-output-format", o->format,
+                  "json (default; OpenAI style), json+ (and the cosine similarity matrix), array ([[...],...]) or raw "
+                  "(a line each)");
   cmd->add_option("--embd-separator", o->separator, "Separator of the texts in an argument, -p or -f (default: newline)");
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context: the most tokens of one text (0: the model's, at most 4096)")
       ->check(CLI::NonNegativeNumber);
