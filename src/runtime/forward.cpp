@@ -11,7 +11,7 @@
 // normed after each residual sum instead of before each sublayer, attention that is not
 // causal (runtime/attention.h), and the hidden states as the output (LogitRows::hidden).
 // A layer whose mixer is a Mamba-2 SSM (ModelConfig::layer_mixer) runs it instead of
-// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN. The KV cache holds
+// attention (forward_ssm.cpp), and a block without ffn_norm and ffn_down has no FFN. The KV cache holds
 // the attention layers only: layer l stores and reads cache layer cache_layer_[l].
 #include "runtime/forward.h"
 
@@ -54,6 +54,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
                  ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& recurrent)
     : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
       attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store), state(recurrent) {
+  // A learned position table has a row per position the model was trained for, no more.
+  if (c.positions == Positions::learned && size_t(n_ctx) > m.pos_embd.rows)
+    throw Error("a context of " + std::to_string(n_ctx) + " tokens is more than the model's " +
+                std::to_string(m.pos_embd.rows) + " learned positions (context_length); lower -c");
   cache_layer_.assign(c.n_layers, SIZE_MAX);
   for (size_t l = 0; l < c.n_layers; ++l)
     if (!c.is_ssm(l)) cache_layer_[l] = model_layer_.size(), model_layer_.push_back(l);
@@ -97,9 +101,6 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
       for (const WeightView& w : *experts) size_for(w);
   }
   prepared.resize(kMaxMatmuls * prepared_stride + 64);
-  if (c.positions == Positions::learned && size_t(n_ctx) > m.pos_embd.rows)
-    throw Error("a context of " + std::to_string(n_ctx) + " tokens is more than the model's " +
-                std::to_string(m.pos_embd.rows) + " learned positions (context_length); lower -c");
   prepared_base = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
   size_t max_expert_rows = 0;
   if (!m.layers.empty() && !m.layers[0].gate_exps.empty())
