@@ -287,8 +287,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
     const bool writes_residual =
         name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") || name.ends_with("ssm_out.weight");
-    w.add_tensor(name, o.type, {cols, rows},
-                 random_tensor(o.type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
+    // The converter keeps BERT's token types F32 whatever the file type (llama.cpp adds
+    // the row to F32 activations and has no F32 + F16 add).
+    const TensorType type = name == "token_types.weight" ? TensorType::F32 : o.type;
+    w.add_tensor(name, type, {cols, rows},
+                 random_tensor(type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
                                stream_seed(o.seed, name)));
   };
   // [n_experts][rows][cols], as the converter stacks the experts' matrices.
