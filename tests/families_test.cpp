@@ -448,7 +448,7 @@ TEST(Families, UnsupportedArchitectureIsOneLine) {
   const std::string path = temp_dir() + "/xyz.gguf";
   w.write(path);
   expect_one_line_error(run_command(shell_quote(kiln_binary()) + " run " + shell_quote(path) + " hi -n 1"), 1,
-                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid)");
+                        "unsupported architecture 'xyz' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid, bert, nomic-bert)");
 }
 
 // A qwen2 file without its Q/K/V biases is refused rather than run as something else.

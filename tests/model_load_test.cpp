@@ -68,7 +68,7 @@ TEST(ModelLoad, TinyModelLoads) {
 TEST(ModelLoad, UnknownArchitecture) {
   auto w = tiny_writer();
   w.set("general.architecture", gguf::Value::of_string("mamba9"));
-  expect_load_error(save("arch.gguf", w.to_bytes()), "unsupported architecture 'mamba9' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid)");
+  expect_load_error(save("arch.gguf", w.to_bytes()), "unsupported architecture 'mamba9' (supported: llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid, bert, nomic-bert)");
 }
 
 TEST(ModelLoad, HyperparametersThatContradictTheTensors) {

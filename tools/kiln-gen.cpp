@@ -23,7 +23,7 @@ bool is_gguf(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a GGUF (llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2 or granitehybrid) with random weights of a real model's shape"};
+  CLI::App app{"Write a GGUF (llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid or bert) with random weights of a real model's shape"};
   std::string shape_name, type_name = "f16", vocab_path, out_path;
   uint64_t seed = 1;
   uint32_t layers = 0;

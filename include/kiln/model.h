@@ -68,6 +68,11 @@ struct LayerWeights {
   // every token runs beside its routed experts, its output added to theirs ungated:
   // [shexp_ffn][dim] gate and up, [dim][shexp_ffn] down.
   WeightView gate_shexp, up_shexp, down_shexp;
+  // Post-norm blocks (BERT): LayerNorms taken after each residual sum instead of before
+  // each sublayer, [dim] with biases: x = norm(x + attn(x)), then x = norm(x + ffn(x)).
+  // Such a block has no attn_norm or ffn_norm.
+  WeightView attn_out_norm, attn_out_norm_b;
+  WeightView layer_out_norm, layer_out_norm_b;
 };
 
 // What varies between families, as data the one forward pass reads.
@@ -76,9 +81,14 @@ enum class Norm { rms, layer };          // RMSNorm x/rms(x)*w, or LayerNorm (x-
 // swiglu_clamped (gpt-oss): g = min(gate x, L), u = clamp(up x, -L, L), down(g sigmoid(a g) (u + 1))
 // with a = ModelConfig::swiglu_alpha, L = swiglu_limit.
 enum class Ffn { swiglu, gelu, geglu, swiglu_clamped };
-// rotary Q/K, ALiBi biases on the attention scores, or nothing (NoPE: the attention layers
-// of a hybrid whose recurrent layers carry the order, Granite 4.0-H).
-enum class Positions { rope, alibi, none };
+// rotary Q/K, ALiBi biases on the attention scores, nothing (NoPE: the attention layers
+// of a hybrid whose recurrent layers carry the order, Granite 4.0-H), or a learned table
+// of absolute positions added to the input embeddings (BERT: Model::pos_embd).
+enum class Positions { rope, alibi, none, learned };
+// How an embedding model turns a text's per-token hidden states into one vector
+// (<arch>.pooling_type, llama.cpp's numbering 0-3): none (every token's), the mean over
+// the text, the first token's ([CLS]) or the last token's (decoder embedders).
+enum class Pooling { none = 0, mean = 1, cls = 2, last = 3 };
 // What mixes tokens in a block: causal self-attention over the KV cache, or a Mamba-2
 // selective state-space layer over a recurrent state carried per sequence.
 enum class Mixer { attention, ssm };
@@ -110,6 +120,11 @@ struct ModelConfig {
   Norm norm = Norm::rms;
   Ffn ffn = Ffn::swiglu;
   Positions positions = Positions::rope;
+  // attention.causal: false lets each token attend to every token of its own sequence
+  // (BERT's encoder), not only to those before it.
+  bool causal = true;
+  // pooling_type: what an embedding of a text is, unless the caller says otherwise (absent: none).
+  Pooling pooling = Pooling::none;
   float max_alibi_bias = 0.0f;   // attention.max_alibi_bias: slopes 2^(-max_bias * i / n_heads) (Press et al. 2022)
   float clamp_kqv = 0.0f;        // attention.clamp_kqv: Q, K, V clamped to [-c, c] (0: off)
   float embed_scale = 1.0f;      // token embeddings are multiplied by it (Gemma: sqrt(dim))
@@ -208,7 +223,13 @@ class Model {
   WeightView token_embd;         // [n_vocab][dim]
   WeightView output_norm;        // [dim]
   WeightView output_norm_b;      // [dim], LayerNorm families only (optional)
-  WeightView output;             // [n_vocab][dim], token_embd when the file ties them
+  WeightView output;             // [n_vocab][dim], token_embd when the file ties them;
+                                 // empty for an encoder without a classifier (BERT)
+  // BERT's input: token_embd + token_types row 0 (every token is "sentence A", as in
+  // llama.cpp) + position_embd row pos, then LayerNorm token_embd_norm (+ bias).
+  WeightView token_types;        // [n_token_types][dim]
+  WeightView pos_embd;           // [n_ctx_train][dim]: Positions::learned
+  WeightView token_embd_norm, token_embd_norm_b;  // [dim]
   std::vector<LayerWeights> layers;
 
   uint64_t n_params() const;     // elements of all tensors

@@ -183,6 +183,12 @@ class Session {
     bool all_logits = false;
   };
   std::span<const float> decode_batch(std::span<const BatchPart> parts);
+  // decode_batch that returns every token's final hidden state instead of logits (after
+  // the output norm where the model has one; all_logits is ignored): [tokens][dim], the
+  // parts' tokens one after another. What embeddings are pooled from (kiln/embedding.h).
+  // With non-causal attention (ModelConfig::causal false) each token of a part sees the
+  // whole part and what its sequence held before, nothing of the other parts.
+  std::span<const float> decode_batch_hidden(std::span<const BatchPart> parts);
   KvMemory kv_memory() const;
 
   const Model& model() const;

@@ -24,6 +24,9 @@ struct Vocab {
   std::vector<TokenType> types;       // empty when the file has none
   std::vector<std::string> merges;    // BPE merges, when present
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;
+  // tokenizer.ggml.seperator_token_id (sic): BERT's [SEP], which WordPiece appends to a
+  // text whenever it prepends [CLS] (as llama.cpp does).
+  int32_t sep_id = -1;
   bool add_bos = true;
   bool add_eos = false;
   bool add_space_prefix = true;

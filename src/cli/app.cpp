@@ -18,6 +18,7 @@ void build_app(CLI::App& app, Action& action) {
   register_quantize(app, action);
   register_template(app, action);
   register_serve(app, action);
+  register_embed(app, action);
   register_memory(app, action);
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/common.h"
+#include "kiln/embedding.h"
 #include "kiln/error.h"
 #include "runtime/kv_cache.h"
 #include "runtime/recurrent_state.h"
@@ -119,6 +120,8 @@ int info(InfoOptions& o) {
     std::printf("positions:    none (NoPE attention)\n");
   } else if (c.positions == Positions::alibi) {
     std::printf("positions:    ALiBi, max bias %g\n", c.max_alibi_bias);
+  } else if (c.positions == Positions::learned) {
+    std::printf("positions:    learned (position_embd, %llu)\n", (unsigned long long)model->pos_embd.rows);
   } else {
     std::string scaling;
     try {
@@ -131,7 +134,7 @@ int info(InfoOptions& o) {
   }
   if (c.norm == Norm::layer) std::printf("layernorm:    eps %g\n", c.rms_eps);
   else std::printf("rms eps:      %g\n", c.rms_eps);
-  if (!model->layers[0].ffn_norm)
+  if (!model->layers[0].ffn_norm && !model->layers[0].w_down)
     std::printf("ffn:          none");
   else if (c.ffn == Ffn::swiglu_clamped)
     std::printf("ffn:          SwiGLU clamped at %g, alpha %g, up + 1", c.swiglu_limit, c.swiglu_alpha);
@@ -152,6 +155,9 @@ int info(InfoOptions& o) {
   if (L0.bq && c.norm == Norm::rms) parts.push_back("Q/K/V biases");
   if (L0.q_norm) parts.push_back(L0.q_norm.cols == c.head_dim ? "per-head Q/K RMSNorm" : "Q/K norms over the whole row");
   if (L0.attn_post_norm) parts.push_back("post-norms");
+  if (L0.attn_out_norm) parts.push_back("norms after the residual sums (post-norm blocks)");
+  if (!c.causal) parts.push_back("non-causal attention");
+  if (model->token_types) parts.push_back("token type embeddings");
   if (L0.attn_sinks) parts.push_back("attention sinks");
   if (L0.wq && L0.wq.info == L0.wk.info) parts.push_back("fused QKV");  // row ranges of one tensor
   if (L0.w_gate && L0.w_gate.info == L0.w_up.info) parts.push_back("fused gate/up");
@@ -173,7 +179,10 @@ int info(InfoOptions& o) {
   for (size_t l = 0; l < windows.size(); ++l)
     if (!c.is_ssm(l)) cache_windows.push_back(windows[l]);
   if (!describe_windows(windows).empty()) std::printf("sliding win:  %s\n", describe_windows(windows).c_str());
-  std::printf("output:       %s\n", model->output.data == model->token_embd.data ? "tied to token_embd" : "output.weight");
+  std::printf("output:       %s\n", !model->output                             ? "hidden states (no classifier: kiln embed)"
+                               : model->output.data == model->token_embd.data ? "tied to token_embd"
+                                                                              : "output.weight");
+  if (c.pooling != Pooling::none) std::printf("pooling:      %s (embeddings)\n", pooling_name(c.pooling));
   if (!c.ignored_keys.empty()) {
     std::string keys;
     for (const std::string& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;

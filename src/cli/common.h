@@ -157,6 +157,7 @@ void register_perplexity(CLI::App& app, Action& action);
 void register_quantize(CLI::App& app, Action& action);
 void register_template(CLI::App& app, Action& action);
 void register_serve(CLI::App& app, Action& action);
+void register_embed(CLI::App& app, Action& action);
 void register_memory(CLI::App& app, Action& action);
 
 }  // namespace kiln::cli

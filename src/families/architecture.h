@@ -58,6 +58,8 @@ void load_phi3(Model& model);
 void load_gpt_oss(Model& model);
 void load_mamba2(Model& model);
 void load_granite_hybrid(Model& model);
+void load_bert(Model& model);
+void load_nomic_bert(Model& model);
 
 // The block shape every family states the same way: <prefix>context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count(_kv).
@@ -106,6 +108,15 @@ void read_ssm_shape(const gguf::File& f, const std::string& prefix, ModelConfig&
 // families read without the attention keys read_blocks' families take with them.
 void read_trunk_shape(const gguf::File& f, ModelConfig& c);
 void read_ssm_layer(const Model& model, uint32_t l, LayerWeights& L);
+// BERT-style encoders (src/families/bert.cpp): token (+ type) embeddings LayerNormed,
+// post-norm blocks, non-causal attention, no classifier. Positions are learned
+// (position_embd, BERT) or rotary (NEOX halves, nomic-bert); the FFN a GELU MLP with
+// biases (BERT) or a SwiGLU without (nomic-bert).
+struct EncoderOptions {
+  bool rope = false;
+  bool swiglu = false;
+};
+void read_bert_encoder(Model& model, const EncoderOptions& options);
 // The Gemma family's common part (src/families/gemma.cpp): shape and RoPE (halves), embeddings
 // scaled by sqrt(dim), GeGLU, classifier always tied, the blocks with `options`.
 void read_gemma(Model& model, const BlockOptions& options);

@@ -16,6 +16,8 @@ constexpr Architecture kArchitectures[] = {
     {"gpt-oss", load_gpt_oss},
     {"mamba2", load_mamba2},
     {"granitehybrid", load_granite_hybrid},
+    {"bert", load_bert},
+    {"nomic-bert", load_nomic_bert},
 };
 
 }  // namespace

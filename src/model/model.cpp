@@ -106,9 +106,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadParams& pa
     throw Error(path + ": unsupported architecture '" + c.arch + "' (supported: " + known + ")");
   }
   arch->load(*model);
+  const std::string p = c.arch + ".";
+  // Every family's, as in llama.cpp: an embedding model's converter writes them whatever
+  // its architecture (Qwen3-Embedding is a qwen3 file with pooling_type last).
+  c.causal = f.get_bool(p + "attention.causal", true);
+  const uint32_t pooling = f.get_u32(p + "pooling_type", 0);
+  if (pooling > 3)
+    throw Error(path + ": " + p + "pooling_type " + std::to_string(pooling) +
+                (pooling == 4 ? " (rank: a reranker's classifier head)" : "") +
+                " is not supported (0 none, 1 mean, 2 cls, 3 last)");
+  c.pooling = Pooling(pooling);
   c.ignored_keys = f.unread_keys(c.arch + ".");
 
-  const std::string p = c.arch + ".";
   if (c.n_layers == 0) throw Error(path + ": " + p + "block_count is 0");
   const bool attends = std::any_of(model->layers.begin(), model->layers.end(), [&](const LayerWeights& L) { return !L.ssm_in; });
   if (attends && (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0))

@@ -158,6 +158,10 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
   const size_t group = c_.n_heads / c_.n_kv_heads;  // query heads sharing one KV head
   const float scale = attention_scale(c_), cap = c_.attn_softcap;
   const uint32_t W = window_[l];
+  // The last key the query at position p sees: p itself, or with non-causal attention (an
+  // encoder, ModelConfig::causal false) the span's last, so that every query of a text
+  // sees all of it. Sessions refuse windows and tiled attention without causality.
+  const auto last_key = [&](const QuerySpan& sp, size_t p) { return c_.causal ? p : sp.pos + sp.n - 1; };
   const auto tmp_of = [&](int tid) { return ring_out_.empty() ? nullptr : &ring_out_[size_t(tid) * kQueryBlock * hd]; };
   const auto gathered_of = [&](int tid) {
     return gathered_.empty() ? nullptr : &gathered_[size_t(tid) * hd * n_ctx_ * elem_];
@@ -170,11 +174,11 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
         for (size_t b0 = 0; b0 < sp.n; b0 += kQueryBlock) {
           const size_t nb = std::min(kQueryBlock, sp.n - b0);
           const size_t lo = window_start(sp.pos + b0, W);  // what the block's first query sees
-          const size_t n_keys = sp.pos + b0 + nb - lo;     // to what its last one sees
+          const size_t n_keys = last_key(sp, sp.pos + b0 + nb - 1) + 1 - lo;  // to what its last one sees
           const size_t row0 = sp.row + b0;
           scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
           for (size_t b = 0; b < nb; ++b) {
-            const size_t p = sp.pos + b0 + b, first = window_start(p, W) - lo, visible = p + 1 - lo - first;
+            const size_t p = last_key(sp, sp.pos + b0 + b), first = window_start(p, W) - lo, visible = p + 1 - lo - first;
             float* row = S + b * n_keys;
             std::fill(row, row + first, 0.0f);
             ops_.scale(row + first, scale, visible);

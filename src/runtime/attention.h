@@ -9,7 +9,10 @@
 // cache's results.
 //
 // A batch is a list of query spans: one span for a sequence's prefill or decode, or one
-// single-token span per sequence when several sequences decode together.
+// single-token span per sequence when several sequences decode together. A model whose
+// attention is not causal (ModelConfig::causal false: BERT's encoder) lets every query of
+// a span see the span's keys after it too; only the direct path does (sessions refuse
+// tiled attention and windows for such models).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

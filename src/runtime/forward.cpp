@@ -6,9 +6,12 @@
 // optional biases, Q/K/V clamping and Q/K norms (per row or per head), ALiBi instead of
 // RoPE, GELU MLP, GeGLU or clamped SwiGLU, scaled embeddings, post-norms, a final soft-cap,
 // a second RoPE table for sliding-window layers, Granite's residual and logit multipliers
-// (the attention's scale, soft-cap and sinks: runtime/attention.h).
+// (the attention's scale, soft-cap and sinks: runtime/attention.h), and BERT's encoder:
+// token type and learned position rows added to the input, a norm of the input, blocks
+// normed after each residual sum instead of before each sublayer, attention that is not
+// causal (runtime/attention.h), and the hidden states as the output (LogitRows::hidden).
 // A layer whose mixer is a Mamba-2 SSM (ModelConfig::layer_mixer) runs it instead of
-// attention (forward_ssm.cpp), and a block without ffn_norm has no FFN. The KV cache holds
+// attention (forward_ssm.cpp), and a block without ffn_norm and ffn_down has no FFN. The KV cache holds
 // the attention layers only: layer l stores and reads cache layer cache_layer_[l].
 #include "runtime/forward.h"
 
@@ -17,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/quant.h"
+#include "kiln/error.h"
 #include "runtime/kv_compaction.h"
 #include "runtime/rope.h"
 #include "runtime/soft_cap.h"
@@ -50,6 +54,10 @@ Forward::Forward(const Model& m, const SessionParams& p, const std::vector<uint3
                  ThreadPool& thread_pool, int32_t n_ctx, int32_t n_batch, bool flash, RecurrentState& recurrent)
     : model(m), c(m.config()), ops(kernels::ops()), kv(kv_store), pool(thread_pool),
       attention(m.config(), window, flash, size_t(n_ctx), thread_pool.size(), kv_store), state(recurrent) {
+  // A learned position table has a row per position the model was trained for, no more.
+  if (c.positions == Positions::learned && size_t(n_ctx) > m.pos_embd.rows)
+    throw Error("a context of " + std::to_string(n_ctx) + " tokens is more than the model's " +
+                std::to_string(m.pos_embd.rows) + " learned positions (context_length); lower -c");
   cache_layer_.assign(c.n_layers, SIZE_MAX);
   for (size_t l = 0; l < c.n_layers; ++l)
     if (!c.is_ssm(l)) cache_layer_[l] = model_layer_.size(), model_layer_.push_back(l);
@@ -209,14 +217,19 @@ const std::vector<float>& Forward::rope_table(size_t l) const {
 }
 
 
-void Forward::embed(int32_t token, float* out) {
-  const uint8_t* row = static_cast<const uint8_t*>(model.token_embd.data) + size_t(token) * model.token_embd.row_bytes;
-  switch (model.token_embd.type) {
+// Row r of a [rows][dim] table (token, token type or position embeddings) as floats.
+void Forward::table_row(const WeightView& table, size_t r, float* out) {
+  const uint8_t* row = static_cast<const uint8_t*>(table.data) + r * table.row_bytes;
+  switch (table.type) {
     case TensorType::F32: std::copy_n(reinterpret_cast<const float*>(row), c.dim, out); break;
     case TensorType::F16: ops.fp16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
     case TensorType::BF16: ops.bf16_to_f32(reinterpret_cast<const uint16_t*>(row), out, c.dim); break;
-    default: kernels::ref::dequantize_row(model.token_embd.type, row, out, c.dim); break;
+    default: kernels::ref::dequantize_row(table.type, row, out, c.dim); break;
   }
+}
+
+void Forward::embed(int32_t token, float* out) {
+  table_row(model.token_embd, size_t(token), out);
   if (c.embed_scale != 1.0f) ops.scale(out, c.embed_scale, c.dim);
 }
 
@@ -249,18 +262,33 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
   if (scores) std::fill_n(&scores->total[pos0], B, 0.0f);
 
   for (size_t b = 0; b < B; ++b) embed(tokens[b], &x[b * dim]);
+  // BERT's input: + token type 0's row, + the learned position's row, then a LayerNorm
+  // (xb is free scratch until the first layer).
+  if (model.token_types) {
+    table_row(model.token_types, 0, xb.data());
+    for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], xb.data(), &x[b * dim], dim);
+  }
+  if (c.positions == Positions::learned)
+    for (const QuerySpan& sp : spans)
+      for (size_t b = sp.row, pos = sp.pos; b < sp.row + sp.n; ++b, ++pos) {
+        table_row(model.pos_embd, pos, &xb[b * dim]);
+        ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+      }
+  if (model.token_embd_norm) norm_rows(x.data(), model.token_embd_norm, model.token_embd_norm_b, x.data(), dim, B);
 
   for (size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = model.layers[l];
     if (c.is_ssm(l)) prefetch_next({&L.ssm_in});
     else prefetch_next({&L.wq, &L.wk, &L.wv});
-    norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B);
+    // Pre-norm blocks norm the sublayer's input; post-norm ones (BERT) take x as it is.
+    const float* in = x.data();
+    if (L.attn_norm) norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B), in = xb.data();
 
     const size_t cl = cache_layer_[l];
     if (c.is_ssm(l)) {
       ssm_mixer(L, l, spans, B);
     } else {
-    matmuls(xb.data(), B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
+    matmuls(in, B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
     prefetch_next({&L.wo});
     add_bias(q.data(), L.bq, q_dim, B);
     add_bias(k.data(), L.bk, kv_dim, B);
@@ -303,9 +331,11 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     }
     if (c.residual_scale != 1.0f) ops.scale(xb.data(), c.residual_scale, B * dim);
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
-    if (!L.ffn_norm) continue;  // a block that is its mixer alone (Mamba-2)
+    if (L.attn_out_norm) norm_rows(x.data(), L.attn_out_norm, L.attn_out_norm_b, x.data(), dim, B);
+    if (!L.ffn_norm && !L.w_down) continue;  // a block that is its mixer alone (Mamba-2)
 
-    norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
+    if (L.ffn_norm) norm_rows(x.data(), L.ffn_norm, L.ffn_norm_b, xb.data(), dim, B);
+    else std::copy_n(x.data(), B * dim, xb.data());  // post-norm: the FFN reads x itself
     if (L.ffn_gate_inp) {
       moe_ffn(L, B);
     } else {
@@ -330,9 +360,15 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     if (L.ffn_post_norm) norm_rows(xb.data(), L.ffn_post_norm, {}, xb.data(), dim, B);
     if (c.residual_scale != 1.0f) ops.scale(xb.data(), c.residual_scale, B * dim);
     for (size_t b = 0; b < B; ++b) ops.add(&x[b * dim], &xb[b * dim], &x[b * dim], dim);
+    if (L.layer_out_norm) norm_rows(x.data(), L.layer_out_norm, L.layer_out_norm_b, x.data(), dim, B);
   }
 
   if (!logits_out) return;
+  if (rows == LogitRows::hidden) {  // embeddings: every row's last hidden state, finally normed where the model says
+    if (model.output_norm) norm_rows(x.data(), model.output_norm, model.output_norm_b, logits_out, dim, B);
+    else std::copy_n(x.data(), B * dim, logits_out);
+    return;
+  }
   prefetch_next({&model.output});
   // Only the rows whose logits are wanted go through the final norm and the classifier.
   size_t n_out = 0;

@@ -40,7 +40,9 @@ class Forward {
   // Which rows' logits a run writes, in row order: the batch's last, every row, or the
   // last row of each span (one per sequence of a mixed batch; every row of a span marked
   // all_logits, such as a draft being verified).
-  enum class LogitRows { last, all, span_ends };
+  // `hidden`: no classifier; every row's final hidden state (after the output norm when
+  // the model has one), dim floats a row: what embeddings are pooled from.
+  enum class LogitRows { last, all, span_ends, hidden };
   // Runs B tokens, row by row where `spans` says (sequence and position; they cover rows
   // [0, B)), and writes the logits of `rows`; logits_out == nullptr only fills the KV
   // cache. The store holds the new positions (KvStore::append) before anything is
@@ -77,6 +79,7 @@ class Forward {
   void prefetch_next(std::span<const WeightView* const> weights);
   void prefetch_next(std::initializer_list<const WeightView*> weights) { prefetch_next({weights.begin(), weights.size()}); }
   void embed(int32_t token, float* out);
+  void table_row(const WeightView& table, size_t r, float* out);
   void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B);
   void add_bias(float* y, const WeightView& bias, size_t n, size_t B);
   // The mixture-of-experts FFN of layer L on xb's B rows, into xb (forward_moe.cpp).

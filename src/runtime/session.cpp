@@ -27,7 +27,12 @@ bool use_flash(const ModelConfig& c, const SessionParams& p) {
     throw Error("KV cache types " + KvCache::type_label(p.kv_type_k) + "/" + KvCache::type_label(p.kv_type_v) +
                 " with head dimension " +
                 std::to_string(c.head_dim) + " need flash attention (-fa on)");
-  return p.flash_attn == FlashAttention::on || needs_tiled;
+  const bool flash = p.flash_attn == FlashAttention::on || needs_tiled;
+  // Non-causal attention (encoders) is written for the direct path only.
+  if (flash && !c.causal)
+    throw Error("this model's attention is not causal (an encoder), which tiled attention does not support: "
+                "use -fa off with f32, f16 or bf16 cache types");
+  return flash;
 }
 
 int32_t batch_size(const SessionParams& p, int64_t n_ctx) {
@@ -49,6 +54,8 @@ size_t attention_layers(const ModelConfig& c) {
 // The sliding window of every layer, 0 on the recurrent ones ([n_layers]).
 std::vector<uint32_t> attention_windows(const ModelConfig& c, const SessionParams& p) {
   std::vector<uint32_t> w = layer_windows(c, p);
+  if (!c.causal && std::any_of(w.begin(), w.end(), [](uint32_t x) { return x > 0; }))
+    throw Error("sliding-window attention does not work with this model's non-causal attention");
   for (size_t l = 0; l < w.size(); ++l)
     if (c.is_ssm(l)) w[l] = 0;
   return w;
@@ -150,6 +157,14 @@ struct Session::Impl {
   }
 
   int32_t length(int32_t seq) const { return int32_t(kv->length(seq)); }
+  // An encoder (BERT) has no classifier: its sessions give hidden states only
+  // (decode_batch_hidden), and asking for logits is an error, not a null matrix.
+  void check_classifier() const {
+    if (!model.output)
+      throw Error(model.file().path() + ": this " + c.arch +
+                  " model has no classifier (output.weight) and cannot predict tokens; it computes embeddings "
+                  "(kiln embed)");
+  }
 
   // Keeps positions [0, n) of a sequence; recurrent layers go back to its checkpoint
   // when that lies in [.., n], else to nothing (Session::truncate).
@@ -198,6 +213,7 @@ std::span<const float> Session::decode(std::span<const int32_t> tokens, bool all
 
 std::span<const float> Session::decode_sequence(int32_t seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& s = *impl_;
+  s.check_classifier();
   const size_t n_vocab = s.c.n_vocab;
   if (tokens.empty()) return {};
   const int32_t n_past = s.length(seq);
@@ -396,6 +412,7 @@ void Session::truncate_sequence(int32_t seq, int32_t n) {
 
 std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, std::span<const int32_t> tokens) {
   Impl& s = *impl_;
+  s.check_classifier();
   const size_t n_vocab = s.c.n_vocab, n = seqs.size();
   if (tokens.size() != n)
     throw Error("decode_parallel: " + std::to_string(n) + " sequences but " + std::to_string(tokens.size()) + " tokens");
@@ -423,8 +440,13 @@ std::span<const float> Session::decode_parallel(std::span<const int32_t> seqs, s
   return {s.logits.data(), s.logits.size()};
 }
 
-std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
-  Impl& s = *impl_;
+namespace {
+
+// decode_batch's checks, then the parts' tokens and spans laid out in `s`; returns the
+// batch's token count.
+template <typename Impl>
+size_t lay_out_batch(Impl& s, std::span<const Session::BatchPart> parts) {
+  using BatchPart = Session::BatchPart;
   const size_t n_vocab = s.c.n_vocab;
   size_t B = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -444,17 +466,35 @@ std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
   }
   if (B > size_t(s.n_batch))
     throw Error("decode_batch: " + std::to_string(B) + " tokens exceed the batch size " + std::to_string(s.n_batch));
-  if (parts.empty()) return {};
   s.batch_tokens.clear();
   s.spans.clear();
-  size_t n_rows = 0;
   for (const BatchPart& part : parts) {
     s.spans.push_back({s.batch_tokens.size(), part.tokens.size(), s.kv->length(part.seq), part.seq, part.all_logits});
     s.batch_tokens.insert(s.batch_tokens.end(), part.tokens.begin(), part.tokens.end());
-    n_rows += part.all_logits ? part.tokens.size() : 1;
   }
-  s.logits.resize(n_rows * n_vocab);
+  return B;
+}
+
+}  // namespace
+
+std::span<const float> Session::decode_batch(std::span<const BatchPart> parts) {
+  Impl& s = *impl_;
+  s.check_classifier();
+  const size_t B = lay_out_batch(s, parts);
+  if (parts.empty()) return {};
+  size_t n_rows = 0;
+  for (const BatchPart& part : parts) n_rows += part.all_logits ? part.tokens.size() : 1;
+  s.logits.resize(n_rows * s.c.n_vocab);
   s.forward.run(s.batch_tokens.data(), s.spans, B, s.logits.data(), Forward::LogitRows::span_ends, nullptr);
+  return {s.logits.data(), s.logits.size()};
+}
+
+std::span<const float> Session::decode_batch_hidden(std::span<const BatchPart> parts) {
+  Impl& s = *impl_;
+  const size_t B = lay_out_batch(s, parts);
+  if (parts.empty()) return {};
+  s.logits.resize(B * s.c.dim);  // the logits' buffer, which no one reads meanwhile
+  s.forward.run(s.batch_tokens.data(), s.spans, B, s.logits.data(), Forward::LogitRows::hidden, nullptr);
   return {s.logits.data(), s.logits.size()};
 }
 

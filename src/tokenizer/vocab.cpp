@@ -27,7 +27,7 @@ void apply_model_defaults(Vocab& v) {
     v.bos_id = 11, v.eos_id = 11;
     v.add_bos = default_add_bos(v.model, v.pre), v.add_space_prefix = false;
   } else if (v.model == "bert") {
-    v.bos_id = 101, v.unk_id = 100, v.pad_id = 0;
+    v.bos_id = 101, v.unk_id = 100, v.pad_id = 0, v.sep_id = 102;
     v.add_bos = true, v.add_space_prefix = false;
   } else if (v.model == "t5") {
     v.eos_id = 1, v.unk_id = 2, v.pad_id = 0;
@@ -166,8 +166,9 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   read_special_id(f, "padding_token_id", v, v.pad_id, /*tolerate_out_of_range=*/true);
   read_special_id(f, "eot_token_id", v, v.eot_id);
   read_special_id(f, "eom_token_id", v, v.eom_id);
+  read_special_id(f, "seperator_token_id", v, v.sep_id);
   // Defaults may not fit a small vocabulary (bert's 101 in a 50-token test vocab).
-  for (int32_t* id : {&v.bos_id, &v.eos_id, &v.unk_id, &v.pad_id, &v.eot_id, &v.eom_id}) {
+  for (int32_t* id : {&v.bos_id, &v.eos_id, &v.unk_id, &v.pad_id, &v.eot_id, &v.eom_id, &v.sep_id}) {
     if (*id >= (int32_t)v.size()) *id = -1;
   }
 

@@ -178,6 +178,9 @@ std::vector<int32_t> WordPieceTokenizer::encode(std::string_view text, bool add_
     }
   }
   if (add_bos && vocab_.add_eos && vocab_.eos_id >= 0) out.push_back(vocab_.eos_id);
+  // [CLS] text [SEP]: llama.cpp's WordPiece adds both with its special tokens (BERT's
+  // encoders were trained on such sequences; an embedding without [SEP] differs).
+  if (add_bos && vocab_.add_bos && vocab_.sep_id >= 0) out.push_back(vocab_.sep_id);
   return out;
 }
 

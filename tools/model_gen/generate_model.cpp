@@ -132,7 +132,7 @@ void check_shape(const ModelShape& s) {
     bad("every dimension must be positive");
   if (s.dim % s.n_heads) bad("dim " + std::to_string(s.dim) + " is not a multiple of n_heads");
   if (s.n_heads % s.n_kv_heads) bad("n_heads is not a multiple of n_kv_heads");
-  if (!rope_family(s.arch) && s.arch != "mpt") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
+  if (!rope_family(s.arch) && s.arch != "mpt" && s.arch != "bert" && s.arch != "nomic-bert") bad("unknown architecture '" + s.arch + "'");  // mamba2: above
   if (rope_family(s.arch) && head_dim_of(s) % 2) bad("the head size must be even for RoPE");
   if (s.arch == "phi3" && head_dim_of(s) * s.n_heads != s.dim) bad("phi3's attention output is dim x dim");
   if (s.arch == "mpt" && !(s.max_alibi_bias > 0)) bad("an mpt shape needs max_alibi_bias > 0");
@@ -147,6 +147,44 @@ void check_shape(const ModelShape& s) {
     bad("expert_used_count must be 1 to expert_count, with an expert width");
 }
 
+// The encoders' tensors after token_embd: token types (2, as BERT's vocabularies state
+// in tokenizer.ggml.token_type_count), BERT's learned positions, the input LayerNorm, and
+// post-norm blocks whose LayerNorms always have biases. BERT: Q, K, V and output with
+// biases, a GELU MLP with biases. nomic-bert: one attn_qkv and the output without biases,
+// a SwiGLU without biases (as nomic-embed-text's converter writes it). No output norm, no
+// classifier. `bias` writes a bias when the shape has them, `norm_bias` always.
+template <typename Matrix, typename Norm, typename Bias, typename NormBias>
+void write_encoder(const GenerateOptions& o, Matrix& matrix, Norm& norm, Bias& bias, NormBias& norm_bias) {
+  const ModelShape& s = o.shape;
+  const bool nomic = s.arch == "nomic-bert";
+  const uint64_t dim = s.dim, ffn = s.ffn_dim;
+  matrix("token_types.weight", 2, dim);
+  if (!nomic) matrix("position_embd.weight", s.n_ctx, dim);
+  norm("token_embd_norm.weight");
+  norm_bias("token_embd_norm.bias", dim);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    if (nomic) {
+      matrix(b + "attn_qkv.weight", 3 * dim, dim);
+      matrix(b + "attn_output.weight", dim, dim);
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+        matrix(b + m + ".weight", dim, dim);
+        bias(b + m + ".bias", dim);
+      }
+    }
+    norm(b + "attn_output_norm.weight");
+    norm_bias(b + "attn_output_norm.bias", dim);
+    matrix(b + "ffn_up.weight", ffn, dim);
+    bias(b + "ffn_up.bias", ffn);
+    if (nomic) matrix(b + "ffn_gate.weight", ffn, dim);
+    matrix(b + "ffn_down.weight", dim, ffn);
+    bias(b + "ffn_down.bias", dim);
+    norm(b + "layer_output_norm.weight");
+    norm_bias(b + "layer_output_norm.bias", dim);
+  }
+}
+
 // The model around a vocabulary: `write_tokenizer` puts its tokenizer.* keys where a
 // converter would, after the hyperparameters.
 template <typename WriteTokenizer>
@@ -159,7 +197,7 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   using gguf::Value;
   gguf::Writer w;
   const std::string a = s.arch + ".";
-  const bool mpt = s.arch == "mpt";
+  const bool mpt = s.arch == "mpt", bert = s.arch == "bert" || s.arch == "nomic-bert";
   w.set("general.architecture", Value::of_string(s.arch));
   w.set("general.name", Value::of_string(s.name + " (random weights, seed " + std::to_string(o.seed) + ")"));
   w.set("general.file_type", Value::of_u32(file_type_of(o.type)));
@@ -192,7 +230,12 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     if (s.arch != "llama" && !granite) w.set(a + "expert_feed_forward_length", Value::of_u32(s.expert_ffn_dim));
     if (s.shared_expert_ffn_dim) w.set(a + "expert_shared_feed_forward_length", Value::of_u32(s.shared_expert_ffn_dim));
   }
-  if (mpt) {
+  if (s.pooling_type >= 0) w.set(a + "pooling_type", Value::of_u32(uint32_t(s.pooling_type)));
+  if (bert) {  // as llama.cpp's converter writes a BertModel (or NomicBertModel)
+    w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
+    w.set(a + "attention.causal", Value::of_bool(false));
+    if (s.arch == "nomic-bert") w.set(a + "rope.freq_base", Value::of_f32(s.rope_theta));
+  } else if (mpt) {
     w.set(a + "attention.layer_norm_epsilon", Value::of_f32(s.rms_eps));
     w.set(a + "attention.max_alibi_bias", Value::of_f32(s.max_alibi_bias));
     if (s.clamp_kqv > 0) w.set(a + "attention.clamp_kqv", Value::of_f32(s.clamp_kqv));
@@ -237,14 +280,18 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   w.set(a + "vocab_size", Value::of_u32((uint32_t)n_vocab));
   write_tokenizer(w);
   if (!s.tokenizer_pre.empty()) w.set("tokenizer.ggml.pre", Value::of_string(s.tokenizer_pre));
+  if (s.add_eos_token) w.set("tokenizer.ggml.add_eos_token", Value::of_bool(true));
 
   const double half_width = o.weight_std * std::sqrt(3.0);  // uniform(-a, a) has std a/sqrt(3)
   const double residual_half_width = o.residual_std > 0 ? o.residual_std * std::sqrt(3.0) : half_width;
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
     const bool writes_residual =
         name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") || name.ends_with("ssm_out.weight");
-    w.add_tensor(name, o.type, {cols, rows},
-                 random_tensor(o.type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
+    // The converter keeps BERT's token types F32 whatever the file type (llama.cpp adds
+    // the row to F32 activations and has no F32 + F16 add).
+    const TensorType type = name == "token_types.weight" ? TensorType::F32 : o.type;
+    w.add_tensor(name, type, {cols, rows},
+                 random_tensor(type, rows * cols, 0.0, writes_residual ? residual_half_width : half_width,
                                stream_seed(o.seed, name)));
   };
   // [n_experts][rows][cols], as the converter stacks the experts' matrices.
@@ -269,9 +316,11 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
     n = n ? n : s.dim;
     w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 1.0, o.norm_jitter, stream_seed(o.seed, name)));
   };
+  auto norm_bias = [&](const std::string& name, uint64_t n) {
+    w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 0.0, half_width, stream_seed(o.seed, name)));
+  };
   auto bias = [&](const std::string& name, uint64_t n) {
-    if (s.biases)
-      w.add_tensor(name, TensorType::F32, {n}, random_tensor(TensorType::F32, n, 0.0, half_width, stream_seed(o.seed, name)));
+    if (s.biases) norm_bias(name, n);
   };
 
   const uint64_t dim = s.dim, q_dim = uint64_t(s.n_heads) * head_dim,
@@ -279,6 +328,10 @@ gguf::Writer build(const GenerateOptions& o, uint64_t n_vocab, WriteTokenizer&& 
   const bool gemma = is_gemma(s.arch), phi3 = s.arch == "phi3", gpt_oss = s.arch == "gpt-oss";
   const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3", post_norms = s.arch == "gemma2" || s.arch == "gemma3";
   matrix("token_embd.weight", n_vocab, dim);
+  if (bert) {
+    write_encoder(o, matrix, norm, bias, norm_bias);
+    return w;
+  }
   norm("output_norm.weight");
   if (mpt) bias("output_norm.bias", dim);
   if (!o.tie_output && !gemma) matrix("output.weight", n_vocab, dim);

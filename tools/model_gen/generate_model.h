@@ -1,6 +1,6 @@
 #pragma once
 // GGUF files of every family kiln runs (llama, qwen2, qwen3, qwen3moe, gemma, gemma2,
-// gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid) with seeded random weights of a real model's shape: the benchmark stand-in for
+// gemma3, phi3, mpt, gpt-oss, mamba2, granitehybrid, bert) with seeded random weights of a real model's shape: the benchmark stand-in for
 // models we cannot ship, tiny models tests build on the fly, and the files llama.cpp's
 // reference logits were computed on (tests/data/families).
 // Used by tools/kiln-gen.cpp and tests (library kiln_model_gen, outside the engine); the numbers are noise, the shapes and the file
@@ -78,6 +78,11 @@ struct ModelShape {
   uint32_t shared_expert_ffn_dim = 0;
   float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
   bool nope = false;
+  // <arch>.pooling_type when >= 0 (1 mean, 2 cls, 3 last): an embedding model's.
+  int32_t pooling_type = -1;
+  // tokenizer.ggml.add_eos_token true whatever the vocabulary's source says: decoder
+  // embedders (Qwen3-Embedding) end every text with EOS, whose hidden state is pooled.
+  bool add_eos_token = false;
 };
 
 // The named shapes ("tinyllama-1.1b", "stories260k-shape", "tiny", "mpt-7b", "mpt-tiny",

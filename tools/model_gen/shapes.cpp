@@ -32,6 +32,11 @@ const ModelShape kShapes[] = {
     // Qwen3: per-head Q/K RMSNorm, heads x head size (4 x 32) wider than dim.
     {.name = "qwen3-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160, .n_ctx = 256,
      .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32},
+    // Qwen3-Embedding's kind: qwen3-tiny with pooling_type 3 (the last token's hidden
+    // state after the output norm) and every text ending with EOS.
+    {.name = "qwen3-embedding-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 160,
+     .n_ctx = 256, .rope_theta = 1e6f, .rms_eps = 1e-6f, .arch = "qwen3", .head_dim = 32, .pooling_type = 3,
+     .add_eos_token = true},
     // Qwen3-30B-A3B's layout (128 experts, 8 used, expert width 768 of a 2048 model)
     // scaled down: 8 experts, 2 used, width 48.
     // Mixtral 8x7B's layout (a llama file with 8 experts, 2 used) at the tiny width.
@@ -126,6 +131,14 @@ const ModelShape kShapes[] = {
      .n_experts_used = 6, .expert_ffn_dim = 512, .ssm_d_state = 128, .ssm_head_dim = 64, .ssm_n_groups = 1,
      .attn_layers = {5, 11, 17, 23}, .shared_expert_ffn_dim = 1024, .embedding_scale = 12.0f,
      .residual_scale = 0.22f, .attention_scale = 0.0078125f, .logit_scale = 6.0f, .nope = true},
+    // BERT (bge-small-en's layout: post-norm blocks, learned positions, token types, GELU,
+    // every bias, non-causal attention, CLS pooling, LayerNorm eps 1e-12) at the tiny width.
+    {.name = "bert-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn_dim = 160, .n_ctx = 512,
+     .rms_eps = 1e-12f, .arch = "bert", .biases = true, .pooling_type = 2},
+    // nomic-embed-text v1.5's layout (rotary positions with base 1000, fused QKV, SwiGLU,
+    // no biases but the LayerNorms', mean pooling) at the tiny width.
+    {.name = "nomic-bert-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn_dim = 160,
+     .n_ctx = 2048, .rope_theta = 1000.0f, .rms_eps = 1e-12f, .arch = "nomic-bert", .pooling_type = 1},
 };
 
 }  // namespace
