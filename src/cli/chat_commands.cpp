@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "kiln/error.h"
@@ -30,6 +31,10 @@ void print_help() {
       "  /clear                 start a new conversation (the system prompt stays)\n"
       "  /save FILE             save the conversation and its KV cache\n"
       "  /load FILE             resume a saved conversation\n"
+      "  /memory                what the memory holds (--memory FILE.db), with ids\n"
+      "  /memory search TEXT    what a message of TEXT would recall, with scores\n"
+      "  /remember TEXT         keep TEXT in the memory\n"
+      "  /forget ID|all         remove a memory, or all of them\n"
       "  /bye                   leave (or Ctrl-D)\n"
       "Ctrl-C stops an answer (the conversation keeps it). \"\"\" starts and ends a multi-line message.");
 }
@@ -54,6 +59,7 @@ T parse_number(const std::string& name, const std::string& value) {
 void set_parameter(ChatState& s, const std::string& name, const std::string& value) {
   if (name == "system") {
     if (value.empty()) throw UsageError("/set system needs a text, or 'off' to remove it");
+    if (s.memory) s.memory->base_system = value == "off" ? "" : value;
     s.chat.set_system(value == "off" ? "" : value);
     say(value == "off" ? "(system prompt removed)" : "(system prompt set)");
     return;
@@ -122,6 +128,22 @@ void print_stats(const ChatState& s) {
   say(o.str());
 }
 
+std::string hit_line(const MemoryHit& h) {
+  char score[160];
+  std::snprintf(score, sizeof score, "score %.4f", h.score);
+  std::string line = "#" + std::to_string(h.memory.id) + " (" + score;
+  if (h.bm25) line += ", bm25 " + std::to_string(*h.bm25);
+  if (h.cosine) line += ", cosine " + std::to_string(*h.cosine);
+  return line + ") " + h.memory.text;
+}
+
+ChatMemory& memory_of(const ChatState& s, const std::string& command) {
+  if (!s.memory) throw UsageError(command + ": no memory (start kiln chat with --memory FILE.db)");
+  return *s.memory;
+}
+
+void memory_command(const ChatState& s, const std::string& command, const std::string& args);
+
 // The words after the command: "/set temp 0.5" -> name "temp", rest "0.5".
 std::pair<std::string, std::string> split_first(const std::string& text) {
   const size_t start = text.find_first_not_of(" \t");
@@ -161,6 +183,8 @@ CommandResult run_command(ChatState& s, const std::string& line) {
     } else if (command == "/load") {
       if (args.empty()) throw UsageError("/load needs a file name");
       load_chat(s, args);
+    } else if (command == "/memory" || command == "/remember" || command == "/forget") {
+      memory_command(s, command, args);
     } else {
       throw UsageError("unknown command " + command + " (try /help)");
     }
@@ -168,6 +192,48 @@ CommandResult run_command(ChatState& s, const std::string& line) {
     say("kiln: " + std::string(e.what()));
   }
   return CommandResult::handled;
+}
+
+namespace {
+
+void memory_command(const ChatState& s, const std::string& command, const std::string& args) {
+  ChatMemory& m = memory_of(s, command);
+  if (command == "/remember") {
+    if (args.empty()) throw UsageError("/remember needs a text");
+    say("(remembered as #" + std::to_string(m.remember_fact(args)) + ")");
+  } else if (command == "/forget") {
+    if (args == "all") {
+      say("(forgot " + std::to_string(m.store().forget_all()) + " memories)");
+      return;
+    }
+    char* end = nullptr;
+    const long long id = std::strtoll(args.c_str(), &end, 10);
+    if (args.empty() || *end != '\0' || id <= 0) throw UsageError("/forget needs a memory id (see /memory) or 'all'");
+    if (!m.store().forget(id)) throw UsageError("/forget: no memory #" + args);
+    say("(forgot #" + args + ")");
+  } else {
+    const auto [sub, text] = split_first(args);
+    if (sub.empty()) {
+      const std::vector<Memory> all = m.store().list();
+      if (all.empty()) say("(the memory is empty)");
+      for (const Memory& mem : all) say("#" + std::to_string(mem.id) + " " + mem.text);
+    } else if (sub == "search") {
+      if (text.empty()) throw UsageError("/memory search needs a text");
+      const std::vector<MemoryHit> hits = m.search(text, 10);
+      if (hits.empty()) say("(nothing recalled)");
+      for (const MemoryHit& h : hits) say(hit_line(h));
+    } else {
+      throw UsageError("/memory: expected nothing or 'search TEXT'");
+    }
+  }
+}
+
+}  // namespace
+
+void report_recall(const ChatState& s, const std::vector<MemoryHit>& hits) {
+  if (!s.verbose) return;
+  if (hits.empty()) say("[memory: nothing recalled]");
+  for (const MemoryHit& h : hits) say("[memory: recalled " + hit_line(h) + "]");
 }
 
 void report_turn(const ChatState& s, const ChatTurn& turn) {

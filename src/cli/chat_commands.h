@@ -3,6 +3,7 @@
 // files they read and write; kept apart from the read-eval loop in cmd_chat.cpp.
 #include <string>
 
+#include "cli/chat_memory.h"
 #include "cli/common.h"
 #include "kiln/chat.h"
 
@@ -20,6 +21,7 @@ struct ChatState {
   std::string template_origin;
   bool verbose = false;
   ChatTurn last;  // the previous turn, for /stats
+  ChatMemory* memory = nullptr;  // --memory; null without
 };
 
 enum class CommandResult { handled, quit };
@@ -31,6 +33,9 @@ CommandResult run_command(ChatState& state, const std::string& line);
 // Prints what ended the reply when it was not the model itself, and with verbose, the
 // turn's token counts and speeds.
 void report_turn(const ChatState& state, const ChatTurn& turn);
+
+// With verbose, the memories a turn recalled and their scores.
+void report_recall(const ChatState& state, const std::vector<MemoryHit>& hits);
 
 // The conversation with its KV cache (and the sampling settings) to/from a session file.
 // load_chat prints why a file is refused and returns false; the chat is then unchanged.

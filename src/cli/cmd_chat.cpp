@@ -27,12 +27,27 @@ struct ChatOptions {
   std::string system;
   std::string session_file;
   SpeculativeOptions spec;
+  ChatMemoryOptions memory;
 };
+
+// What this chat's memories are tagged with: the session file when there is one (a
+// resumed conversation keeps its tag), else the time and process.
+std::string conversation_id(const ChatOptions& o) {
+  if (!o.session_file.empty()) return std::filesystem::absolute(o.session_file).string();
+  return "chat-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count()) +
+         "-" + std::to_string(::getpid());
+}
 
 int chat(ChatOptions& o) {
   setup_logging(o.log);
   validate(o.gen.sampling);
   spec_type(o.spec);
+  if (o.memory.k < 0) throw UsageError("--memory-k must be >= 0, got " + std::to_string(o.memory.k));
+  if (o.memory.file.empty() && !o.memory.embed_model.empty()) throw UsageError("--embed-model needs --memory FILE.db");
+  // The memory first: a file refused there costs no model load.
+  std::unique_ptr<ChatMemory> memory;
+  if (!o.memory.file.empty()) memory = std::make_unique<ChatMemory>(o.memory, conversation_id(o), o.model.n_threads);
   const std::string model_path = resolve_model_path(o.model.model);
   auto model = load_model(model_path, o.model.repack);
   const Tokenizer& tok = model->tokenizer();
@@ -48,8 +63,10 @@ int chat(ChatOptions& o) {
   std::string template_origin;
   Chat chat(generator, tok, select_chat_template(*model, o.chat_template, &template_origin));
   chat.set_system(o.system);
+  if (memory) memory->base_system = o.system;
 
-  ChatState state{model_path, *model, session, sampler, generator, chat, o.gen, template_origin, o.log.verbose, ChatTurn{}};
+  ChatState state{model_path, *model, session, sampler, generator, chat, o.gen, template_origin, o.log.verbose, ChatTurn{},
+                  memory.get()};
   if (!o.session_file.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(o.session_file, ec)) {
@@ -82,6 +99,12 @@ int chat(ChatOptions& o) {
     }
     try {
       interrupt_flag().store(false);
+      if (memory) {
+        // Room for the reply: what -n asks for, or an eighth of the context.
+        const size_t n_ctx = size_t(session.n_ctx());
+        const size_t reserve = o.gen.n_predict > 0 ? size_t(o.gen.n_predict) : std::max<size_t>(1, n_ctx / 8);
+        report_recall(state, memory->recall_into(chat, *input, n_ctx, reserve));
+      }
       bool ends_with_newline = true;
       const ChatTurn turn = chat.send(*input, o.gen.n_predict, [&](std::string_view text) {
         write_stdout(text);
@@ -91,6 +114,7 @@ int chat(ChatOptions& o) {
       state.last = turn;
       report_turn(state, turn);
       if (!o.session_file.empty()) save_chat(state, o.session_file, /*quiet=*/!state.verbose);
+      if (memory) memory->remember_turn(*input);
     } catch (const Error& e) {
       // The turn failed as a whole: the conversation is as it was before it.
       std::fflush(stdout);
@@ -111,6 +135,11 @@ void register_chat(CLI::App& app, Action& action) {
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_option("--session", o->session_file,
                   "Resume the conversation saved in this file (with its KV cache; sampling settings come from this command line) and save it there after each turn");
+  cmd->add_option("--memory", o->memory.file,
+                  "Remember what you say across chats in this SQLite file; each turn recalls the most relevant memories into the system prompt");
+  cmd->add_option("--memory-k", o->memory.k, "Memories recalled per turn (default 3)");
+  cmd->add_option("--embed-model", o->memory.embed_model,
+                  "Embedding model (GGUF) for the memory: recall fuses keyword (BM25) and embedding similarity");
   add_chat_template_options(*cmd, o->chat_template);
   add_runtime_options(*cmd, o->model);
   add_kv_layout_options(*cmd, o->model);
