@@ -61,7 +61,8 @@ class Embedder {
 // is 32760 (an int16 range), 1 taxicab, 2 euclidean, p > 2 the p-norm. A zero vector stays zero.
 void normalize_embedding(std::span<float> v, int norm);
 
-// Cosine similarity in double.
+// Cosine similarity as llama.cpp computes it (sums in double; two zero vectors give 1,
+// one zero vector 0).
 double cosine_similarity(std::span<const float> a, std::span<const float> b);
 
 }  // namespace kiln

@@ -94,7 +94,9 @@ class Session {
   // Appends `tokens` at positions n_past().. and runs them through the model (in batches
   // of n_batch). Returns the logits of the last token, or of every token when all_logits
   // (then row i is tokens[i], n_vocab floats each). Throws kiln::Error if the context
-  // would overflow (nothing is appended then) or a token id is out of range.
+  // would overflow (nothing is appended then), a token id is out of range, or the model
+  // has no classifier (an encoder such as BERT, whose output is decode_batch_hidden's);
+  // the same from decode_sequence, decode_parallel and decode_batch.
   std::span<const float> decode(std::span<const int32_t> tokens, bool all_logits = false);
 
   int32_t n_past() const;

@@ -146,9 +146,12 @@ void normalize_embedding(std::span<float> v, int norm) {
 }
 
 double cosine_similarity(std::span<const float> a, std::span<const float> b) {
+  // As llama.cpp's common_embd_similarity_cos: products in float, sums in double; two zero
+  // vectors are alike (1), a zero vector and another are not (0).
   double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+  if (aa == 0 || bb == 0) return aa == 0 && bb == 0 ? 1.0 : 0.0;
+  return ab / (std::sqrt(aa) * std::sqrt(bb));
 }
 
 }  // namespace kiln

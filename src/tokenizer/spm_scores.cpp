@@ -25,7 +25,7 @@ namespace {
 
 size_t utf8_length(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
 
-uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
+uint64_t merge_pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
 
 }  // namespace
 
@@ -70,7 +70,7 @@ Vocab spm_vocab_from_merges(const Vocab& in, const std::string& origin) {
       fail("the merges making '" + in.tokens[size_t(t)] + "' are not consecutive (ranks " +
            std::to_string(last[size_t(t)]) + " and " + std::to_string(r) + ")");
     last[size_t(t)] = int64_t(r);
-    listed.insert(pair_key(a, b));
+    listed.insert(merge_pair_key(a, b));
   }
 
   // A symbol is a token or one character; -2 stands for a character outside the vocabulary.
@@ -83,7 +83,7 @@ Vocab spm_vocab_from_merges(const Vocab& in, const std::string& origin) {
     for (size_t k = utf8_length((unsigned char)text[0]); k < text.size(); k += utf8_length((unsigned char)text[k])) {
       const int32_t a = symbol(std::string_view(text).substr(0, k)), b = symbol(std::string_view(text).substr(k));
       if (a == -1 || b == -1) continue;
-      if (a == -2 || b == -2 || !listed.count(pair_key(a, b)))
+      if (a == -2 || b == -2 || !listed.count(merge_pair_key(a, b)))
         fail("'" + text.substr(0, k) + "' + '" + text.substr(k) + "' makes token " + std::to_string(t) +
              " but is not a merge");
     }

@@ -7,7 +7,7 @@
 namespace kiln {
 namespace {
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kSpmSpaceMark = "\xE2\x96\x81";  // U+2581 "▁"
 // What sentencepiece itself prints for <unk> (its default unk_surface).
 constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";
 
@@ -15,9 +15,9 @@ std::string unescape_spaces(const std::string& text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
-    if (text.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
+    if (text.compare(i, kSpmSpaceMark.size(), kSpmSpaceMark) == 0) {
       out += ' ';
-      i += kSpaceMark.size();
+      i += kSpmSpaceMark.size();
     } else {
       out += text[i++];
     }
