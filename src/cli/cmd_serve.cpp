@@ -129,6 +129,8 @@ int serve(ServeOptions& o) {
   }
   // Embeddings: an Embedder with a session of its own beside the engine's, so that
   // neither waits on the other.
+  if (generates && !o.embeddings && !o.pooling.empty())
+    spdlog::warn("kiln serve: --pooling applies to embeddings, which this decoder serves with --embeddings only");
   std::unique_ptr<Embedder> embedder;
   std::unique_ptr<server::EmbeddingService> embeddings;
   if (!generates || o.embeddings) {

@@ -1,6 +1,8 @@
 // POST /v1/embeddings (OpenAI, as llama-server answers it) and /api/embed (ollama):
 // vectors from the EmbeddingService's Embedder, one request at a time, normalised.
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 
 #include "server/embedding_api.h"
@@ -82,7 +84,7 @@ std::vector<int32_t> truncated(const Embedder& e, std::vector<int32_t> tokens) {
   const std::vector<int32_t> affixes = e.tokenize("");  // e.g. [CLS] [SEP]: the prefix and the suffix
   // The longest suffix of the affixes that ends the text, whatever precedes it being the prefix.
   size_t suffix = 0;
-  for (size_t k = affixes.size(); k > 0; --k) {
+  for (size_t k = affixes.size(); k > 0 && affixes.size() <= tokens.size(); --k) {
     const bool ends = std::equal(affixes.end() - long(k), affixes.end(), tokens.end() - long(k));
     const bool starts = std::equal(affixes.begin(), affixes.end() - long(k), tokens.begin());
     if (ends && starts) {
