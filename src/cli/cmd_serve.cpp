@@ -1,6 +1,8 @@
 // kiln serve [MODEL]: an HTTP server with the OpenAI and ollama APIs over a BatchEngine
 // (continuous batching on one paged Session). Listens first, so /health can say 503 while
 // the model loads; prints `listening on http://HOST:PORT` on stderr once it serves.
+// Embeddings (/v1/embeddings, /api/embed) come from an Embedder with a session of its own:
+// an encoder (no classifier) serves only them, a decoder with --embeddings both.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
