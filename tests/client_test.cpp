@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kiln/gguf.h"
+#include "model_gen/generate_model.h"
 #include "server_process.h"
 #include "test_util.h"
 
@@ -84,6 +86,36 @@ TEST(WebPage, ChromiumShowsTheStreamedRepliesOfAConversation) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(report["replies"][i], json::parse(r->body)["choices"][0]["message"]["content"]) << "turn " << i;
+  }
+}
+
+TEST(OpenAiPackage, EmbeddingsAsTheClientDecodesThem) {
+  REQUIRE_TOOLS(false);
+  // bert-tiny (tests/embedding_test.cpp's), an encoder: the server only embeds.
+  const auto vocab = kiln::gguf::File::open(kiln::test::shared_path("vocab/ggml-vocab-bert-bge.gguf"));
+  const std::vector<uint8_t> bytes = kiln::gen::build_model(kiln::gen::peaky_options("bert-tiny", 7), *vocab).to_bytes();
+  const std::string model = kiln::test::temp_dir() + "/bert-tiny.gguf";
+  kiln::test::write_file(model, std::string(bytes.begin(), bytes.end()));
+  const json texts = {"The quick brown fox", "jumps over the lazy dog", "embeddings"};
+  ServerProcess server(std::vector<std::string>{}, model);
+  ASSERT_GT(server.port(), 0);
+  const json report = run_script("embeddings_client.mjs", "http://127.0.0.1:" + std::to_string(server.port()) + "/v1 " +
+                                                              kiln::test::shell_quote(texts.dump()));
+  ASSERT_TRUE(report.is_object()) << "no report from the script";
+  // The vectors the package decoded are kiln embed's (printed with 7 decimals).
+  std::string cmd = kiln::test::kiln_binary() + " embed " + kiln::test::shell_quote(model);
+  for (const auto& t : texts) {
+    cmd += ' ';
+    cmd += kiln::test::shell_quote(t.get<std::string>());
+  }
+  const auto r = kiln::test::run_command(cmd + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0);
+  const json expected = json::parse(r.out)["data"];
+  ASSERT_EQ(report["embeddings"].size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<float> got = report["embeddings"][i], want = expected[i]["embedding"];
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], want[k], 2e-7) << "text " << i << " value " << k;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/chat.h"
+#include "server/embedding_api.h"
 #include "server/ollama_api.h"
 #include "server/openai_api.h"
 #include "stories_fixture.h"
@@ -113,6 +114,51 @@ TEST(ServerApi, OllamaOptions) {
   EXPECT_TRUE(load.request.prompt.empty());  // ollama's load-only request
   EXPECT_THROW(kiln::server::parse_ollama_generate({{"prompt", "x"}, {"options", {{"num_predict", "a"}}}}, tok(), chat, {}),
                ApiError);
+}
+
+TEST(ServerApi, EmbeddingRequests) {
+  // stories260K as a decoder embedder with a context of 8 tokens: BOS first, nothing after.
+  kiln::Embedder e(kiln::test::stories(), {.pooling = kiln::Pooling::last, .n_ctx = 8});
+  const int32_t n_vocab = tok().n_vocab();
+  const std::string longer = "Once upon a time there was a little girl named Lily who";
+  const std::vector<int32_t> all = e.tokenize(longer);
+  ASSERT_GT(all.size(), 8u);
+  const auto param_of = [&](const json& body) {
+    try {
+      kiln::server::parse_openai_embedding(body, e, n_vocab);
+    } catch (const ApiError& err) {
+      EXPECT_EQ(err.status(), 400);
+      return err.param();
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(param_of({{"input", "Once"}}), "(accepted)");
+  EXPECT_EQ(param_of({{"input", longer}}), "input");  // never cut
+  EXPECT_EQ(param_of({{"input", json::array({"Once", longer})}}), "input[1]");
+  EXPECT_EQ(param_of({{"input", json::array({1, n_vocab})}}), "input[1]");
+  EXPECT_EQ(param_of({{"input", "Once"}, {"dimensions", 65}}), "dimensions");
+  EXPECT_EQ(param_of({{"input", "Once"}, {"embd_normalize", -2}}), "embd_normalize");
+  EXPECT_EQ(param_of({{"input", "Once"}, {"encoding_format", 1}}), "encoding_format");
+  const auto r = kiln::server::parse_openai_embedding(
+      {{"input", json::array({"Once", json::array({1, 2})})}, {"encoding_format", "base64"}, {"dimensions", 16}}, e, n_vocab);
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0], e.tokenize("Once"));
+  EXPECT_EQ(r.inputs[1], (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(r.base64);
+  EXPECT_EQ(r.dimensions, 16u);
+
+  // ollama cuts to the context by default (no suffix to keep here: the first 8 tokens).
+  const auto cut = kiln::server::parse_ollama_embed({{"input", longer}}, e);
+  EXPECT_EQ(cut.inputs[0], std::vector<int32_t>(all.begin(), all.begin() + 8));
+  EXPECT_THROW(kiln::server::parse_ollama_embed({{"input", longer}, {"truncate", false}}, e), ApiError);
+
+  // Little-endian float32 bytes: 1.0f is 00 00 80 3F, -2.0f 00 00 00 C0.
+  EXPECT_EQ(kiln::server::base64_floats(std::vector<float>{1.0f}), "AACAPw==");
+  EXPECT_EQ(kiln::server::base64_floats(std::vector<float>{1.0f, -2.0f}), "AACAPwAAAMA=");
+  EXPECT_EQ(kiln::server::base64_floats(std::vector<float>{}), "");
+  std::vector<std::vector<float>> v = {{3, 4, 12}};
+  kiln::server::finish_vectors(v, 2, 2);
+  EXPECT_EQ(v[0], (std::vector<float>{0.6f, 0.8f}));
 }
 
 }  // namespace

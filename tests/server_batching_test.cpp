@@ -167,7 +167,7 @@ TEST(ServerLoad, HealthIs503UntilTheModelIsLoaded) {
   kiln::server::ChatFormatter chat(
       kiln::ChatTemplate(slurp(kiln::test::shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"))), model.tokenizer());
   kiln::BatchEngine engine(session, model.tokenizer(), {.n_parallel = 2});
-  kiln::server::Backend backend{engine, model.tokenizer(), chat, {.name = "stories260K"}, session.n_ctx(), {}};
+  kiln::server::Backend backend{&engine, model.tokenizer(), chat, {.name = "stories260K"}, session.n_ctx(), {}, nullptr, ""};
   http.set_backend(&backend);
   h = c.Get("/health");
   ASSERT_TRUE(h);

@@ -1,6 +1,8 @@
 // kiln serve [MODEL]: an HTTP server with the OpenAI and ollama APIs over a BatchEngine
 // (continuous batching on one paged Session). Listens first, so /health can say 503 while
 // the model loads; prints `listening on http://HOST:PORT` on stderr once it serves.
+// Embeddings (/v1/embeddings, /api/embed) come from an Embedder with a session of its own:
+// an encoder (no classifier) serves only them, a decoder with --embeddings both.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 
 #include "cli/common.h"
 #include "kiln/batch_engine.h"
+#include "kiln/embedding.h"
 #include "kiln/error.h"
 #include "kiln/tensor_type.h"
 #include "cli/speculation.h"
@@ -33,6 +36,8 @@ struct ServeOptions {
   int32_t n_parallel = 4;
   int32_t max_queue = 64;
   SpeculativeOptions spec;
+  bool embeddings = false;  // --embedding/--embeddings: a decoder serves embeddings too
+  std::string pooling;      // empty: the GGUF's pooling_type (a decoder without one: last)
 };
 
 // The type holding most of the weights' bytes: what ollama calls the quantization level.
@@ -63,6 +68,8 @@ server::ModelInfo model_info(const Model& model, const std::string& path) {
 int serve(ServeOptions& o) {
   setup_logging(o.log);
   validate(o.gen.sampling);
+  if (!o.pooling.empty() && !pooling_from_name(o.pooling))
+    throw UsageError("--pooling must be none, mean, cls or last, not '" + o.pooling + "'");
   spec_type(o.spec);
   if (!o.model.kv_layout.empty() && kv_layout(o.model.kv_layout) != KvLayout::paged)
     throw UsageError("kiln serve needs --kv-layout paged (requests share the KV pool and cached prefixes)");
@@ -105,25 +112,56 @@ int serve(ServeOptions& o) {
 
   auto model = load_model(path, o.model.repack);
   const Tokenizer& tok = model->tokenizer();
-  Session session(*model, session_params(o.model, *model));
-  // The draft model's session: paged like the target's, one sequence per running request.
-  const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, o.model.repack);
+  // An encoder (no classifier: BERT, nomic-bert) cannot generate: it serves embeddings only.
+  const bool generates = bool(model->output);
+  if (!generates && spec_type(o.spec) != SpecType::none)
+    spdlog::warn("kiln serve: {} is an encoder: it only embeds, speculative decoding does not apply", path);
+  std::unique_ptr<Session> session;
+  std::unique_ptr<Model> draft_model;
   std::unique_ptr<Session> draft_session;
-  if (draft_model) {
-    SessionParams dp = session_params(o.model, *draft_model);
-    dp.n_ctx = session.n_ctx();
-    draft_session = std::make_unique<Session>(*draft_model, dp);
+  if (generates) {
+    session = std::make_unique<Session>(*model, session_params(o.model, *model));
+    // The draft model's session: paged like the target's, one sequence per running request.
+    draft_model = load_draft_model(o.spec, *model, path, o.model.repack);
+    if (draft_model) {
+      SessionParams dp = session_params(o.model, *draft_model);
+      dp.n_ctx = session->n_ctx();
+      draft_session = std::make_unique<Session>(*draft_model, dp);
+    }
+  }
+  // Embeddings: an Embedder with a session of its own beside the engine's, so that
+  // neither waits on the other.
+  if (generates && !o.embeddings && !o.pooling.empty())
+    spdlog::warn("kiln serve: --pooling applies to embeddings, which this decoder serves with --embeddings only");
+  std::unique_ptr<Embedder> embedder;
+  std::unique_ptr<server::EmbeddingService> embeddings;
+  if (!generates || o.embeddings) {
+    EmbedParams params;
+    params.pooling = pooling_from_name(o.pooling);
+    // A decoder whose file names no pooling: its last token, as an embedding decoder is used.
+    if (!params.pooling && generates && model->config().pooling == Pooling::none) params.pooling = Pooling::last;
+    params.n_ctx = o.model.n_ctx;
+    params.n_threads = o.model.n_threads;
+    embedder = std::make_unique<Embedder>(*model, params);
+    embeddings = std::make_unique<server::EmbeddingService>(*embedder, o.max_queue);
+    spdlog::info("kiln serve: embeddings with pooling {}, {} dimensions, at most {} tokens a text",
+                 pooling_name(embedder->pooling()), embedder->dim(), embedder->max_tokens());
   }
   server::ChatFormatter chat(select_chat_template(*model, o.chat_template), tok);
-  BatchEngine::Params ep;
-  ep.n_parallel = o.n_parallel;
-  ep.max_queue = o.max_queue;
-  ep.spec_type = spec_type(o.spec);
-  ep.spec = o.spec.params;
-  ep.draft_session = draft_session.get();
-  BatchEngine engine(session, tok, ep);
-  server::Backend backend{engine, tok, chat, model_info(*model, path), session.n_ctx(),
-                          {o.gen.sampling, o.gen.n_predict, o.spec.params}};
+  std::unique_ptr<BatchEngine> engine;
+  if (generates) {
+    BatchEngine::Params ep;
+    ep.n_parallel = o.n_parallel;
+    ep.max_queue = o.max_queue;
+    ep.spec_type = spec_type(o.spec);
+    ep.spec = o.spec.params;
+    ep.draft_session = draft_session.get();
+    engine = std::make_unique<BatchEngine>(*session, tok, ep);
+  }
+  const int32_t n_ctx = session ? session->n_ctx() : int32_t(embedder->max_tokens());
+  server::Backend backend{engine.get(), tok, chat, model_info(*model, path), n_ctx,
+                          {o.gen.sampling, o.gen.n_predict, o.spec.params}, embeddings.get(),
+                          "the model (" + model->config().arch + ") is an encoder without a classifier"};
   http.set_backend(&backend);
   std::fprintf(stderr, "listening on http://%s:%d\n", o.http.host.c_str(), port);
   std::fflush(stderr);
@@ -161,6 +199,10 @@ void register_serve(CLI::App& app, Action& action) {
   add_kv_layout_options(*cmd, o->model);
   add_sampling_options(*cmd, o->gen);
   add_speculative_options(*cmd, o->spec);
+  cmd->add_flag("--embedding,--embeddings", o->embeddings,
+                "Serve POST /v1/embeddings and /api/embed with a decoder too (an encoder always serves them, only them)");
+  cmd->add_option("--pooling", o->pooling,
+                  "Embeddings: none|mean|cls|last (default: the model's pooling_type; a decoder without one: last)");
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] {
     if (o->log.quiet) o->http.access_log = false;

@@ -19,6 +19,7 @@ std::string sse_error(const CompletionEvent& ev) {
 
 void completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   Backend& b = state.ready();
+  generator(b);  // 501 before the body is looked at on a server that only embeds
   ParsedRequest p = parse_completion(parse_body(req.body), b.tokenizer, b.defaults);
   check_fits(p.request, b.n_ctx, "prompt");
   auto stream = submit(b, std::move(p.request));
@@ -46,6 +47,7 @@ void completions(ServerState& state, const httplib::Request& req, httplib::Respo
 
 void chat_completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
   Backend& b = state.ready();
+  generator(b);  // 501 before the body is looked at on a server that only embeds
   ParsedRequest p = parse_chat(parse_body(req.body), b.tokenizer, b.chat, b.defaults);
   check_fits(p.request, b.n_ctx, "messages");
   auto stream = submit(b, std::move(p.request));

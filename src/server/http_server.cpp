@@ -64,9 +64,16 @@ httplib::Server::Handler guarded(std::function<void(const httplib::Request&, htt
   };
 }
 
+BatchEngine& generator(Backend& b) {
+  if (!b.engine)
+    throw ApiError(501, "this server does not generate text: " + b.no_generation_reason +
+                            "; it serves POST /v1/embeddings and /api/embed", "not_supported_error");
+  return *b.engine;
+}
+
 std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req) {
   try {
-    return b.engine.submit(std::move(req));
+    return generator(b).submit(std::move(req));
   } catch (const QueueFullError&) {
     throw;
   } catch (const UsageError& e) {
@@ -153,7 +160,7 @@ thread_local std::chrono::steady_clock::time_point request_start;
 std::string route_label(const std::string& path) {
   static const char* known[] = {"/", "/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
                                 "/tokenize", "/detokenize", "/api/generate", "/api/chat", "/api/tags", "/api/show",
-                                "/api/version"};
+                                "/api/version", "/v1/embeddings", "/api/embed"};
   for (const char* k : known)
     if (path == k) return path;
   return "other";
@@ -214,6 +221,7 @@ HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) 
   register_info_routes(svr, state);
   register_completion_routes(svr, state);
   register_ollama_routes(svr, state);
+  register_embedding_routes(svr, state);
 }
 
 HttpServer::~HttpServer() {
@@ -265,7 +273,7 @@ void HttpServer::stop() {
   // Running requests are cancelled first, while their connections still write: each
   // stream ends with its last chunk (and [DONE]) rather than being cut, and the HTTP
   // threads waiting on them finish. Then the listening loop stops.
-  if (backend) backend->engine.shutdown(/*finish_running=*/false);
+  if (backend && backend->engine) backend->engine->shutdown(/*finish_running=*/false);
   for (int i = 0; i < 500 && impl_->state.open_streams > 0; ++i) std::this_thread::sleep_for(10ms);
   impl_->svr.stop();
 }

@@ -5,11 +5,16 @@
 //
 // The server listens before the model is loaded (GET /health answers 503 meanwhile), and
 // serves completions once set_backend() hands it the engine.
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kiln/batch_engine.h"
+#include "kiln/embedding.h"
 #include "kiln/tokenizer.h"
 #include "server/openai_api.h"
 
@@ -39,14 +44,34 @@ struct ModelInfo {
   uint32_t n_ctx_train = 0;
 };
 
-// Everything a completion needs; owned by the caller, alive until wait() returns.
+// POST /v1/embeddings and /api/embed: one Embedder (a session of its own, apart from the
+// BatchEngine's) that runs one request at a time, so that embeddings and generation never
+// wait on each other; requests wait their turn, and past `max_waiting` get 503.
+class EmbeddingService {
+ public:
+  EmbeddingService(Embedder& embedder, int max_waiting) : embedder_(embedder), max_waiting_(max_waiting) {}
+  const Embedder& embedder() const { return embedder_; }
+  // Vectors of the inputs (not normalised), once the embedder is free. QueueFullError when
+  // max_waiting requests already wait for it; kiln::Error (the Embedder's) for a bad input.
+  std::vector<std::vector<float>> embed(std::span<const std::vector<int32_t>> inputs);
+
+ private:
+  Embedder& embedder_;
+  std::mutex mu_;
+  std::atomic<int> waiting_{0};
+  int max_waiting_;
+};
+
+// Everything a request needs; owned by the caller, alive until wait() returns.
 struct Backend {
-  BatchEngine& engine;
+  BatchEngine* engine;  // null: the server only embeds (an encoder, which cannot generate)
   const Tokenizer& tokenizer;
   const ChatFormatter& chat;
   ModelInfo info;
   int32_t n_ctx = 0;
   Defaults defaults;
+  EmbeddingService* embeddings = nullptr;  // null: no embeddings (a decoder served without --embeddings)
+  std::string no_generation_reason;       // why engine is null, for the 501 of the completion routes
 };
 
 class HttpServer {

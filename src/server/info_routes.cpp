@@ -86,8 +86,8 @@ void metrics(ServerState& state, httplib::Response& res) {
   metric("kiln:ready", "gauge", "1 once the model is loaded.", b ? 1 : 0);
   metric("kiln:uptime_seconds", "gauge", "Seconds since the server started.",
          std::chrono::duration<double>(std::chrono::steady_clock::now() - state.started).count());
-  if (b) {
-    const BatchEngineMetrics m = b->engine.metrics();
+  if (b && b->engine) {
+    const BatchEngineMetrics m = b->engine->metrics();
     metric("kiln:requests_total", "counter", "Completion requests accepted.", double(m.requests_total));
     metric("kiln:requests_cancelled_total", "counter", "Requests cancelled (client gone, shutdown).", double(m.requests_cancelled));
     metric("kiln:requests_rejected_total", "counter", "Requests refused with a full queue (503).", double(m.requests_rejected));

@@ -138,6 +138,7 @@ std::string ndjson(const json& j) { return j.dump(-1, ' ', false, json::error_ha
 // One route for both: `chat` wraps text as {"message": {...}}, generate as {"response": ...}.
 void generate_or_chat(ServerState& state, const httplib::Request& req, httplib::Response& res, bool chat) {
   Backend& b = state.ready();
+  generator(b);  // 501 before the body is looked at on a server that only embeds
   const json body = parse_body(req.body);
   ParsedRequest p = chat ? parse_ollama_chat(body, b.tokenizer, b.chat, b.defaults)
                          : parse_ollama_generate(body, b.tokenizer, b.chat, b.defaults);
@@ -229,6 +230,9 @@ void show(ServerState& state, const httplib::Request& req, httplib::Response& re
   if (!name) bad("model", "model is missing");
   if (!name->is_string()) bad("model", "model must be a string, got " + name->dump());
   const ModelInfo& m = b.info;
+  json capabilities = json::array();
+  if (b.engine) capabilities.push_back("completion");
+  if (b.embeddings) capabilities.push_back("embedding");
   reply_json(res, {{"modelfile", "FROM " + m.path + "\n"},
                    {"parameters", ""},
                    {"template", b.chat.chat_template().source()},
@@ -237,7 +241,7 @@ void show(ServerState& state, const httplib::Request& req, httplib::Response& re
                     {{"general.architecture", m.arch},
                      {"general.parameter_count", m.n_params},
                      {m.arch + ".context_length", m.n_ctx_train}}},
-                   {"capabilities", json::array({"completion"})},
+                   {"capabilities", capabilities},
                    {"modified_at", rfc3339(m.modified)}});
 }
 

@@ -38,7 +38,10 @@ httplib::Server::Handler guarded(std::function<void(const httplib::Request&, htt
 
 void reply_json(httplib::Response& res, const json& body, int status = 200);
 
-// Submits, mapping the engine's refusals to 400/503.
+// The engine, or ApiError 501 (not_supported_error) on a server that only embeds.
+BatchEngine& generator(Backend& b);
+
+// Submits, mapping the engine's refusals to 400/503 (501: a server that only embeds).
 std::shared_ptr<CompletionStream> submit(Backend& b, CompletionRequest req);
 
 // A whole (non-streaming) response: `body` makes it from the text and the last event once
@@ -61,5 +64,6 @@ int64_t unix_now();
 void register_completion_routes(httplib::Server& svr, ServerState& state);
 void register_ollama_routes(httplib::Server& svr, ServerState& state);
 void register_info_routes(httplib::Server& svr, ServerState& state);
+void register_embedding_routes(httplib::Server& svr, ServerState& state);
 
 }  // namespace kiln::server

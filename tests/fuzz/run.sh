@@ -135,12 +135,14 @@ EOF2
       ;;
     server_request)
       # A body for each route (first byte: 0 completions, 1 chat, 2 ollama generate, 3
-      # ollama chat) with most of its fields.
+      # ollama chat, 4 embeddings, 5 ollama embed) with most of its fields.
       printf '\x00{"prompt":"Once upon a time","max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":1,"stop":["\\n","The end"],"presence_penalty":0.5,"frequency_penalty":0.2,"logit_bias":{"13":-100},"stream":true,"stream_options":{"include_usage":true}}' >"$d.part/completion"
       printf '\x00{"prompt":[1,2,3,400],"max_completion_tokens":4,"n":1,"ignore_eos":true}' >"$d.part/completion_ids"
       printf '\x01{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]},{"role":"assistant","content":"Hello"},{"role":"user","content":"A story?"}],"max_tokens":8,"stop":"\\n\\n","stream":false}' >"$d.part/chat"
       printf '\x02{"model":"m","prompt":"Once","system":"Be kind.","stream":false,"options":{"num_predict":8,"temperature":0.5,"top_k":10,"top_p":0.8,"seed":3}}' >"$d.part/ollama_generate"
       printf '\x03{"model":"m","messages":[{"role":"user","content":"Hi"}],"options":{"num_predict":4}}' >"$d.part/ollama_chat"
+      printf '\x04{"model":"m","input":["Once upon a time",[1,2,3]],"encoding_format":"base64","dimensions":16,"embd_normalize":2}' >"$d.part/embeddings"
+      printf '\x05{"model":"m","input":["Once upon a time","The end"],"truncate":true,"keep_alive":"5m","options":{}}' >"$d.part/ollama_embed"
       ;;
     cli)
       local line i=0
