@@ -31,12 +31,6 @@ nlohmann::json memory_list(const std::string& db) {
   return nlohmann::json::parse(r.out);
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-  return n;
-}
-
 }  // namespace
 
 // Told in one process, recalled by the next: the fact is in the system prompt the second
@@ -66,7 +60,7 @@ TEST(ChatMemory, WhatOneChatIsToldTheNextRecalls) {
   // (the conversation holds it already).
   auto third = chat(db, "Tell me about my cat\nAnd my cat again\n", "--verbose --memory-k 5");
   ASSERT_EQ(third.exit_code, 0) << third.err;
-  EXPECT_EQ(count(third.err, "recalled #4 "), 0u) << third.err;
+  EXPECT_EQ(count_occurrences(third.err, "recalled #4 "), 0u) << third.err;
   EXPECT_EQ(memory_list(db).size(), 5u);
 }
 
@@ -123,8 +117,8 @@ TEST(ChatMemory, TwoChatsWriteOneFileWithoutLoss) {
   tb.join();
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_EQ(count(a.err, "(remembered as #"), 100u) << a.err;
-  EXPECT_EQ(count(b.err, "(remembered as #"), 100u) << b.err;
+  EXPECT_EQ(count_occurrences(a.err, "(remembered as #"), 100u) << a.err;
+  EXPECT_EQ(count_occurrences(b.err, "(remembered as #"), 100u) << b.err;
   const nlohmann::json all = memory_list(db);
   ASSERT_EQ(all.size(), 200u);
   size_t alpha = 0;

@@ -36,12 +36,6 @@ std::vector<TurnReport> turn_reports(const std::string& text) {
   return out;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-  return n;
-}
-
 }  // namespace
 
 // The scripted session of the issue: two turns, /set, /save, /clear, /load, Ctrl-C in the
@@ -131,7 +125,7 @@ TEST(ChatPipe, SaveClearLoadContinuesOnTheCache) {
   ASSERT_EQ(reports.size(), 3u) << r.err;
   EXPECT_EQ(reports[1].reused, 0) << "after /clear nothing is reused: " << r.err;
   EXPECT_GE(reports[2].reused, 5 + 12 - 1) << "after /load the saved turn is reused: " << r.err;
-  EXPECT_EQ(count(r.out, "\n"), 3u) << r.out;
+  EXPECT_EQ(count_occurrences(r.out, "\n"), 3u) << r.out;
   EXPECT_NE(r.err.find("\ntop_k 7\n"), std::string::npos) << "/load restores the saved settings: " << r.err;
   EXPECT_NE(r.err.find("/load FILE"), std::string::npos) << "/help lists the commands: " << r.err;
   EXPECT_NE(r.err.find("architecture   llama"), std::string::npos) << r.err;
@@ -229,7 +223,7 @@ TEST(RunChat, PromptIsTheRenderedTemplate) {
   write_file(dir + "/rendered.txt", rendered.out);
   auto ids = kiln_run("tokenize " + shell_quote(model()) + " -q --ids -f " + shell_quote(dir + "/rendered.txt"));
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
-  const size_t n_tokens = count(ids.out, ",") + 1;
+  const size_t n_tokens = count_occurrences(ids.out, ",") + 1;
   ASSERT_GT(n_tokens, 20u);
 
   for (const std::string flag : {"--chat", "-cnv"}) {
@@ -260,5 +254,5 @@ TEST(RunChat, TemplateThatRaisesGivesItsMessage) {
                        "/system Be brief.\nHi\n/system off\nHi\n");
   EXPECT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_NE(chat.err.find("System role not supported"), std::string::npos) << chat.err;
-  EXPECT_EQ(count(chat.out, "\n"), 1u) << chat.out;
+  EXPECT_EQ(count_occurrences(chat.out, "\n"), 1u) << chat.out;
 }

@@ -52,6 +52,12 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+size_t count_occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), (std::streamsize)bytes.size());

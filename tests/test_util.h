@@ -35,6 +35,8 @@ CommandResult run_command(const std::string& command, const std::string& input =
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
+// Non-overlapping occurrences of `what` in `text`.
+size_t count_occurrences(const std::string& text, const std::string& what);
 std::string trim(const std::string& s);
 std::string shell_quote(const std::string& s);
 
