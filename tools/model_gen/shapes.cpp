@@ -135,6 +135,9 @@ const ModelShape kShapes[] = {
     // every bias, non-causal attention, CLS pooling, LayerNorm eps 1e-12) at the tiny width.
     {.name = "bert-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn_dim = 160, .n_ctx = 512,
      .rms_eps = 1e-12f, .arch = "bert", .biases = true, .pooling_type = 2},
+    // For benchmarks: bge-small-en-v1.5's shape (33M weights; with the BGE vocabulary).
+    {.name = "bge-small", .dim = 384, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12, .ffn_dim = 1536, .n_ctx = 512,
+     .rms_eps = 1e-12f, .arch = "bert", .biases = true, .pooling_type = 2},
     // nomic-embed-text v1.5's layout (rotary positions with base 1000, fused QKV, SwiGLU,
     // no biases but the LayerNorms', mean pooling) at the tiny width.
     {.name = "nomic-bert-tiny", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .ffn_dim = 160,
