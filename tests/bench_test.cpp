@@ -225,6 +225,14 @@ TEST(BenchCompare, AlternatesEnginesAndPrintsRatios) {
   const std::string same_off = " -p 16 -n 8 -t 1 -fa 0 -r 1 -o json";
   EXPECT_EQ(lines_of(read_file(log)), (std::vector<std::string>{k + model() + same_off + " --quiet", l + model() + same_off}));
 
+  // --kiln-args: more flags for kiln bench only.
+  write_file(log, "");
+  auto extra = run_command("LLAMA_CPP=" + shell_quote(dir + "/build") + " KILN=" + shell_quote(dir + "/kiln") + " " +
+                           script + " " + shell_quote(model()) + " -p 16 -n 8 -t 1 -r 1 --rounds 1 --kiln-args='--no-repack -ctk f16'");
+  ASSERT_EQ(extra.exit_code, 0) << extra.err;
+  EXPECT_EQ(lines_of(read_file(log)),
+            (std::vector<std::string>{k + model() + same + " --no-repack -ctk f16 --quiet", l + model() + same}));
+
   auto unset = run_command("env -u LLAMA_CPP " + script + " " + models);
   EXPECT_EQ(unset.exit_code, 1);
   EXPECT_NE(unset.err.find("set LLAMA_CPP"), std::string::npos) << unset.err;
@@ -264,4 +272,43 @@ TEST(BenchSpeculative, DraftRowsCarryTheDraftAndItsAcceptance) {
 
   auto bad = kiln_run("bench " + shell_quote(model()) + " -p 0 -n 8 -md " + shell_quote(draft) + " -np 2");
   expect_one_line_error(bad, 2, "-md/--spec-type");
+}
+
+// bench/embed_compare with a stand-in llama-embedding that logs its arguments and checks
+// it got the texts file: both engines read the same file, alternating, and the table has
+// one row with the ratio of the two rates.
+TEST(EmbedCompare, AlternatesEnginesOnTheSameTexts) {
+  if (run_command("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 not installed";
+  const std::string dir = temp_dir() + "/embed_compare";
+  std::filesystem::create_directories(dir + "/bin");
+  const std::string log = dir + "/log";
+  // Logs its arguments and the line count of the -f file (the argument after -f).
+  const std::string logger = "echo \"$0 $*\" >>" + shell_quote(log) +
+                             "\nprev=; for a in \"$@\"; do [ \"$prev\" = -f ] && wc -l <\"$a\" >>" + shell_quote(log) +
+                             "; prev=$a; done\n";
+  write_file(dir + "/bin/llama-embedding", "#!/bin/sh\n" + logger + "sleep 0.2\n");
+  write_file(dir + "/kiln", "#!/bin/sh\n" + logger + "exec " + shell_quote(kiln_binary()) + " \"$@\"\n");
+  ASSERT_EQ(run_command("chmod +x " + shell_quote(dir + "/bin/llama-embedding") + " " + shell_quote(dir + "/kiln")).exit_code, 0);
+  auto r = run_command("LLAMA_CPP=" + shell_quote(dir) + " KILN=" + shell_quote(dir + "/kiln") + " " +
+                       shell_quote(std::string(KILN_SOURCE_DIR) + "/bench/embed_compare") + " " + shell_quote(model()) +
+                       " --texts 40 --words 6 -t 1 -c 64 --rounds 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = lines_of(read_file(log));
+  ASSERT_EQ(lines.size(), 8u) << read_file(log);
+  EXPECT_TRUE(lines[0].starts_with(dir + "/kiln embed " + model() + " -f ")) << lines[0];
+  EXPECT_TRUE(lines[2].starts_with(dir + "/bin/llama-embedding -m " + model() + " -f ")) << lines[2];
+  EXPECT_NE(lines[2].find(" -t 1 -c 64 -b 64 -ub 64 "), std::string::npos) << lines[2];
+  EXPECT_TRUE(lines[4].starts_with(dir + "/bin/llama-embedding")) << "round 2 starts with llama.cpp: " << lines[4];
+  for (size_t i = 1; i < 8; i += 2) EXPECT_EQ(lines[i], "40") << "every run embeds the 40 texts";
+  int rows = 0;
+  for (const auto& line : lines_of(r.out)) {
+    const auto c = cells(line);
+    if (c.size() != 5 || c[0] != "stories260K.gguf") continue;
+    ++rows;
+    const double kiln = std::stod(c[2]), llama = std::stod(c[3]);
+    EXPECT_GT(kiln, 0.0) << line;
+    EXPECT_LT(llama, 40 / 0.2 + 1) << "the stand-in sleeps 0.2 s a run: " << line;
+    EXPECT_NEAR(std::stod(c[4]), kiln / llama, 0.0051 + 1e-3 * kiln / llama) << line;
+  }
+  EXPECT_EQ(rows, 1) << r.out;
 }
