@@ -53,11 +53,20 @@ std::vector<MemoryHit> ChatMemory::recall_into(Chat& chat, const std::string& us
     // half of a large store out of the query (MemoryStore::search), so "the" recalls
     // nothing there.
     std::erase_if(hits, [&](const MemoryHit& h) { return own_turns_.count(h.memory.id) > 0; });
-    for (MemoryHit& h : hits) {
-      if (chosen.size() == size_t(k_)) break;
-      chosen.push_back(std::move(h));
-      chat.set_system(memory_system_prompt(base_system, chosen));
-      if (chat.prompt_tokens(user_text).size() + reply_reserve > n_ctx) chosen.pop_back();  // does not fit: the next may
+    if (hits.size() > size_t(k_)) hits.resize(size_t(k_));
+    const auto fits = [&](const std::vector<MemoryHit>& with) {
+      chat.set_system(memory_system_prompt(base_system, with));
+      return chat.prompt_tokens(user_text).size() + reply_reserve <= n_ctx;
+    };
+    // Usually all of them fit: one rendering of the conversation. Otherwise one at a
+    // time, in rank order, each kept if it still fits (a shorter one further down may).
+    if (fits(hits)) {
+      chosen = std::move(hits);
+    } else {
+      for (MemoryHit& h : hits) {
+        chosen.push_back(std::move(h));
+        if (!fits(chosen)) chosen.pop_back();
+      }
     }
   }
   chat.set_system(memory_system_prompt(base_system, chosen));
