@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "kiln/error.h"
@@ -137,13 +136,6 @@ std::string hit_line(const MemoryHit& h) {
   return line + ") " + h.memory.text;
 }
 
-ChatMemory& memory_of(const ChatState& s, const std::string& command) {
-  if (!s.memory) throw UsageError(command + ": no memory (start kiln chat with --memory FILE.db)");
-  return *s.memory;
-}
-
-void memory_command(const ChatState& s, const std::string& command, const std::string& args);
-
 // The words after the command: "/set temp 0.5" -> name "temp", rest "0.5".
 std::pair<std::string, std::string> split_first(const std::string& text) {
   const size_t start = text.find_first_not_of(" \t");
@@ -152,6 +144,38 @@ std::pair<std::string, std::string> split_first(const std::string& text) {
   if (end == std::string::npos) return {text.substr(start), ""};
   const size_t rest = text.find_first_not_of(" \t", end);
   return {text.substr(start, end - start), rest == std::string::npos ? "" : text.substr(rest)};
+}
+
+void memory_command(const ChatState& s, const std::string& command, const std::string& args) {
+  if (!s.memory) throw UsageError(command + ": no memory (start kiln chat with --memory FILE.db)");
+  ChatMemory& m = *s.memory;
+  if (command == "/remember") {
+    if (args.empty()) throw UsageError("/remember needs a text");
+    say("(remembered as #" + std::to_string(m.remember_fact(args)) + ")");
+  } else if (command == "/forget") {
+    if (args == "all") {
+      say("(forgot " + std::to_string(m.store().forget_all()) + " memories)");
+      return;
+    }
+    const std::optional<int64_t> id = parse_memory_id(args);
+    if (!id) throw UsageError("/forget needs a memory id (see /memory) or 'all'");
+    if (!m.store().forget(*id)) throw UsageError("/forget: no memory #" + args);
+    say("(forgot #" + args + ")");
+  } else {
+    const auto [sub, text] = split_first(args);
+    if (sub.empty()) {
+      const std::vector<Memory> all = m.store().list();
+      if (all.empty()) say("(the memory is empty)");
+      for (const Memory& mem : all) say("#" + std::to_string(mem.id) + " " + mem.text);
+    } else if (sub == "search") {
+      if (text.empty()) throw UsageError("/memory search needs a text");
+      const std::vector<MemoryHit> hits = m.search(text, 10);
+      if (hits.empty()) say("(nothing recalled)");
+      for (const MemoryHit& h : hits) say(hit_line(h));
+    } else {
+      throw UsageError("/memory: expected nothing or 'search TEXT'");
+    }
+  }
 }
 
 }  // namespace
@@ -193,42 +217,6 @@ CommandResult run_command(ChatState& s, const std::string& line) {
   }
   return CommandResult::handled;
 }
-
-namespace {
-
-void memory_command(const ChatState& s, const std::string& command, const std::string& args) {
-  ChatMemory& m = memory_of(s, command);
-  if (command == "/remember") {
-    if (args.empty()) throw UsageError("/remember needs a text");
-    say("(remembered as #" + std::to_string(m.remember_fact(args)) + ")");
-  } else if (command == "/forget") {
-    if (args == "all") {
-      say("(forgot " + std::to_string(m.store().forget_all()) + " memories)");
-      return;
-    }
-    char* end = nullptr;
-    const long long id = std::strtoll(args.c_str(), &end, 10);
-    if (args.empty() || *end != '\0' || id <= 0) throw UsageError("/forget needs a memory id (see /memory) or 'all'");
-    if (!m.store().forget(id)) throw UsageError("/forget: no memory #" + args);
-    say("(forgot #" + args + ")");
-  } else {
-    const auto [sub, text] = split_first(args);
-    if (sub.empty()) {
-      const std::vector<Memory> all = m.store().list();
-      if (all.empty()) say("(the memory is empty)");
-      for (const Memory& mem : all) say("#" + std::to_string(mem.id) + " " + mem.text);
-    } else if (sub == "search") {
-      if (text.empty()) throw UsageError("/memory search needs a text");
-      const std::vector<MemoryHit> hits = m.search(text, 10);
-      if (hits.empty()) say("(nothing recalled)");
-      for (const MemoryHit& h : hits) say(hit_line(h));
-    } else {
-      throw UsageError("/memory: expected nothing or 'search TEXT'");
-    }
-  }
-}
-
-}  // namespace
 
 void report_recall(const ChatState& s, const std::vector<MemoryHit>& hits) {
   if (!s.verbose) return;

@@ -7,6 +7,18 @@
 
 namespace kiln::cli {
 
+std::optional<int64_t> parse_memory_id(const std::string& text) {
+  size_t used = 0;
+  int64_t id = -1;
+  try {
+    id = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || id < 1) return std::nullopt;
+  return id;
+}
+
 std::string memory_system_prompt(const std::string& base, const std::vector<MemoryHit>& hits) {
   if (hits.empty()) return base;
   std::string text = base;
@@ -73,9 +85,7 @@ std::vector<MemoryHit> ChatMemory::recall_into(Chat& chat, const std::string& us
   return chosen;
 }
 
-void ChatMemory::remember_turn(const std::string& user_text) {
-  own_turns_.insert(store_->add(user_text, conversation_, embed(user_text)));
-}
+void ChatMemory::remember_turn(const std::string& user_text) { own_turns_.insert(remember_fact(user_text)); }
 
 int64_t ChatMemory::remember_fact(const std::string& text) { return store_->add(text, conversation_, embed(text)); }
 

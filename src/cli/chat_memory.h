@@ -4,6 +4,7 @@
 // to the new message join the system prompt under a short heading. With --embed-model the
 // memories and each message are embedded too, and recall fuses BM25 with cosine similarity.
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ struct ChatMemoryOptions {
   int32_t k = 3;            // --memory-k
   std::string embed_model;  // --embed-model
 };
+
+// A memory id as typed ("12": a positive integer, nothing after it); nullopt otherwise.
+// `kiln memory FILE forget ID` and the chat's /forget ID.
+std::optional<int64_t> parse_memory_id(const std::string& text);
 
 // The system prompt a turn renders: the user's own, then the recalled memories.
 std::string memory_system_prompt(const std::string& base, const std::vector<MemoryHit>& hits);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/chat_memory.h"
 #include "cli/common.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
@@ -41,15 +42,9 @@ std::string joined(const std::vector<std::string>& words) {
 }
 
 int64_t parse_id(const std::string& text) {
-  size_t used = 0;
-  int64_t id = -1;
-  try {
-    id = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || id < 1) throw UsageError("forget: '" + text + "' is not a memory id (a number from list) or 'all'");
-  return id;
+  const std::optional<int64_t> id = parse_memory_id(text);
+  if (!id) throw UsageError("forget: '" + text + "' is not a memory id (a number from list) or 'all'");
+  return *id;
 }
 
 // add -f: every non-empty line is one memory in its own transaction, and its id is

@@ -276,10 +276,15 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
       }
   if (model.token_embd_norm) norm_rows(x.data(), model.token_embd_norm, model.token_embd_norm_b, x.data(), dim, B);
 
-  for (size_t l = 0; l < c.n_layers; ++l) {
+  // Layer l's first matmul: its mixer's input projections.
+  const auto prefetch_mixer = [&](size_t l) {
     const LayerWeights& L = model.layers[l];
     if (c.is_ssm(l)) prefetch_next({&L.ssm_in});
     else prefetch_next({&L.wq, &L.wk, &L.wv});
+  };
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = model.layers[l];
+    prefetch_mixer(l);
     // Pre-norm blocks norm the sublayer's input; post-norm ones (BERT) take x as it is.
     const float* in = x.data();
     if (L.attn_norm) norm_rows(x.data(), L.attn_norm, L.attn_norm_b, xb.data(), dim, B), in = xb.data();
@@ -384,11 +389,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     norm_rows(&x[first * dim], model.output_norm, model.output_norm_b, xb.data(), dim, n_out);
   }
   matmul(model.output, xb.data(), logits_out, n_out);
-  if (!model.layers.empty()) {  // the next step's first matmul, while the caller samples
-    const LayerWeights& first = model.layers[0];
-    if (c.is_ssm(0)) prefetch_next({&first.ssm_in});
-    else prefetch_next({&first.wq, &first.wk, &first.wv});
-  }
+  if (!model.layers.empty()) prefetch_mixer(0);  // the next step's first matmul, while the caller samples
   if (c.logit_scale != 1.0f) ops.scale(logits_out, 1.0f / c.logit_scale, n_out * c.n_vocab);
   if (c.final_softcap > 0) soft_cap(logits_out, n_out * c.n_vocab, c.final_softcap);
 }
