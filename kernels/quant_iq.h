@@ -1,0 +1,106 @@
+#pragma once
+// ggml's i-quant and ternary block formats (IQ1..IQ4, TQ1_0, TQ2_0), byte for byte as GGUF
+// files store them, and their scalar reference (kernels/scalar/quant_iq*.cpp), held to
+// the same contract as kernels/quant.h: dequantize_row gives ggml's floats bit for bit,
+// quantize_row ggml's bytes (with the same importance weights, where a type needs them).
+//
+// Most i-quants store, per group of 8 (or 4) elements, an index into a published codebook
+// of lattice points (kernels/iq_grids.cpp) plus sign bits, under a 4-bit (or 3-bit) scale
+// per 16 or 32 elements and an fp16 scale per 256. IQ4_NL/IQ4_XS store 4-bit indices
+// into the 16 non-uniform values kIq4nlValues. TQ1_0/TQ2_0 store ternary values {-1,0,1}.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/quant.h"
+
+namespace kiln::kernels {
+
+inline constexpr size_t QK4_NL = 32;
+
+struct block_iq2_xxs {
+  uint16_t d;
+  uint16_t qs[QK_K / 8];
+};
+struct block_iq2_xs {
+  uint16_t d;
+  uint16_t qs[QK_K / 8];
+  uint8_t scales[QK_K / 32];
+};
+struct block_iq2_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 4];
+  uint8_t qh[QK_K / 32];
+  uint8_t scales[QK_K / 32];
+};
+struct block_iq3_xxs {
+  uint16_t d;
+  uint8_t qs[3 * QK_K / 8];
+};
+struct block_iq3_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 4];
+  uint8_t qh[QK_K / 32];
+  uint8_t signs[QK_K / 8];
+  uint8_t scales[QK_K / 64];
+};
+struct block_iq1_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 8];
+  uint16_t qh[QK_K / 32];
+};
+// No d field: the fp16 super-block scale is spread over the top nibbles of the four
+// uint16 words of scales.
+struct block_iq1_m {
+  uint8_t qs[QK_K / 8];
+  uint8_t qh[QK_K / 16];
+  uint8_t scales[QK_K / 32];
+};
+struct block_iq4_nl {
+  uint16_t d;
+  uint8_t qs[QK4_NL / 2];
+};
+struct block_iq4_xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
+struct block_tq1_0 {
+  uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];
+  uint8_t qh[QK_K / 64];
+  uint16_t d;
+};
+struct block_tq2_0 {
+  uint8_t qs[QK_K / 4];
+  uint16_t d;
+};
+
+static_assert(sizeof(block_iq2_xxs) == 66);
+static_assert(sizeof(block_iq2_xs) == 74);
+static_assert(sizeof(block_iq2_s) == 82);
+static_assert(sizeof(block_iq3_xxs) == 98);
+static_assert(sizeof(block_iq3_s) == 110);
+static_assert(sizeof(block_iq1_s) == 50);
+static_assert(sizeof(block_iq1_m) == 56);
+static_assert(sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_iq4_xs) == 136);
+static_assert(sizeof(block_tq1_0) == 54);
+static_assert(sizeof(block_tq2_0) == 66);
+
+// IQ4_NL/IQ4_XS: the 16 values a 4-bit index selects (times the block scale).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// IQ1_S/IQ1_M: each grid value v in {-1, 0, 1} means v + delta (delta = +-kIq1Delta).
+inline constexpr float kIq1Delta = 0.125f;
+
+// Codebooks (kernels/iq_grids.cpp). uint64_t entries: 8 bytes, element 0 lowest; uint32_t:
+// 4 bytes. IQ2 grids hold magnitudes 8, 25, 43; IQ3 grids odd magnitudes 4..62; the IQ1
+// grid signed bytes -1, 0, 1.
+extern const uint64_t kIq2xxsGrid[256];
+extern const uint64_t kIq2xsGrid[512];
+extern const uint64_t kIq2sGrid[1024];
+extern const uint32_t kIq3xxsGrid[256];
+extern const uint32_t kIq3sGrid[512];
+extern const uint64_t kIq1sGrid[2048];
+
+}  // namespace kiln::kernels
