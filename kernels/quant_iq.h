@@ -104,3 +104,33 @@ extern const uint32_t kIq3sGrid[512];
 extern const uint64_t kIq1sGrid[2048];
 
 }  // namespace kiln::kernels
+
+namespace kiln::kernels::ref {
+
+// ggml's dequantize_row_* of each type (n a multiple of the block size), bit for bit.
+void dequantize_row_iq2_xxs(const block_iq2_xxs* x, float* y, size_t n);
+void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, size_t n);
+void dequantize_row_iq2_s(const block_iq2_s* x, float* y, size_t n);
+void dequantize_row_iq3_xxs(const block_iq3_xxs* x, float* y, size_t n);
+void dequantize_row_iq3_s(const block_iq3_s* x, float* y, size_t n);
+void dequantize_row_iq1_s(const block_iq1_s* x, float* y, size_t n);
+void dequantize_row_iq1_m(const block_iq1_m* x, float* y, size_t n);
+void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, size_t n);
+void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, size_t n);
+void dequantize_row_tq1_0(const block_tq1_0* x, float* y, size_t n);
+void dequantize_row_tq2_0(const block_tq2_0* x, float* y, size_t n);
+
+// Types ggml will not quantize without importance weights (IQ2_XXS, IQ2_XS, IQ1_S).
+bool quantize_requires_importance(TensorType type);
+
+// n_rows rows of n_per_row floats -> n_rows rows of `type` blocks at dst, the bytes of
+// ggml_quantize_chunk(type, src, dst, 0, n_rows, n_per_row, importance): importance is
+// nullptr or n_per_row weights (column j's, the same for every row; an imatrix's mean
+// squared activations), and with it the quantizers that use weights search for the
+// weighted least-squares fit as ggml's do (the bytes differ from quantize_row's). Throws
+// kiln::Error for a type it cannot write, a missing required importance, or an n_per_row
+// that is not a multiple of the block size.
+void quantize_chunk(TensorType type, const float* src, void* dst, size_t n_rows, size_t n_per_row,
+                    const float* importance);
+
+}  // namespace kiln::kernels::ref
