@@ -133,4 +133,16 @@ bool quantize_requires_importance(TensorType type);
 void quantize_chunk(TensorType type, const float* src, void* dst, size_t n_rows, size_t n_per_row,
                     const float* importance);
 
+// ggml's codebook-search quantizers (quantize_iq2_xxs, ... in ggml-quants.c), which
+// quantize_chunk calls: n_rows rows of n_per_row floats (a multiple of 256, else
+// kiln::Error) -> blocks at dst; importance as for quantize_chunk. IQ2_XXS, IQ2_XS and
+// IQ1_S throw kiln::Error without importance (ggml refuses them).
+void quantize_iq2_xxs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq2_xs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq2_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq3_xxs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq3_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq1_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq1_m(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+
 }  // namespace kiln::kernels::ref
