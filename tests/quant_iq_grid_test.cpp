@@ -47,9 +47,8 @@ struct Source {
 };
 
 const Source kSources[] = {
-    {"", "src", 4, 256, false},          {"awkward.", "awkward", 9, 256, false},
-    {"wide.", "src", 1, 1024, false},    {"w.", "src", 4, 256, true},
-    {"w.awkward.", "awkward", 9, 256, true}, {"w.wide.", "src", 1, 1024, true},
+    {"", "src", 4, 256, false},  {"awkward.", "awkward", 9, 256, false},  {"wide.", "src", 1, 1024, false},
+    {"w.", "src", 4, 256, true}, {"w.awkward.", "awkward", 9, 256, true}, {"w.wide.", "src", 1, 1024, true},
 };
 
 const gguf::File& fixture() {
@@ -72,7 +71,8 @@ std::vector<uint8_t> quantize(const GridType& type, const Source& s) {
 }
 
 // Counts differing bytes, reporting the first few by block and offset in the block.
-size_t compare_bytes(const std::vector<uint8_t>& got, const uint8_t* want, size_t block_bytes, const std::string& what) {
+size_t compare_bytes(const std::vector<uint8_t>& got, const uint8_t* want, size_t block_bytes,
+                     const std::string& what) {
   size_t mismatches = 0;
   for (size_t k = 0; k < got.size(); ++k)
     if (got[k] != want[k] && mismatches++ < 5)
@@ -92,7 +92,8 @@ TEST(IqGridQuantize, TablesBuiltConcurrentlyGiveTheSameBytes) {
     start.arrive_and_wait();
     // Opposite orders, so each table is likely first wanted by both threads at once or by
     // one while the other builds another.
-    for (size_t i = 0; i < std::size(kTypes); ++i) out[t].push_back(quantize(kTypes[t ? std::size(kTypes) - 1 - i : i], s));
+    for (size_t i = 0; i < std::size(kTypes); ++i)
+      out[t].push_back(quantize(kTypes[t ? std::size(kTypes) - 1 - i : i], s));
   };
   std::thread a(work, 0), b(work, 1);
   a.join();

@@ -67,7 +67,8 @@ std::vector<uint8_t> codebook_levels(const Entry* codebook, int n_points, std::s
     for (int i = 0; i < dim; ++i) {
       const uint8_t byte = uint8_t(codebook[p] >> (8 * i));
       const auto it = std::find(values.begin(), values.end(), byte);
-      if (it == values.end()) throw Error("iq grid search: codebook entry " + std::to_string(p) + " has a byte off its grid");
+      if (it == values.end())
+        throw Error("iq grid search: codebook entry " + std::to_string(p) + " has a byte off its grid");
       levels[size_t(p) * dim + i] = uint8_t(it - values.begin());
     }
   }

@@ -106,7 +106,7 @@ enum class Refit {
   kAllGroupsIfAnyOffGrid,  // IQ3_S
 };
 struct ScaleSearch {
-  int steps;          // candidate inverse scales (2 top + 1 + is * step) / reach, |is| <= steps
+  int steps;  // candidate inverse scales (2 top + 1 + is * step) / reach, |is| <= steps
   float step;
   bool assume_on_grid;  // what a block counts as when no candidate beats the start
   Refit refit;

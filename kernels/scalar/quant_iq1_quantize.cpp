@@ -109,7 +109,8 @@ SplitS best_split_iq1_s(const float* xb, const float* weight, const int* order, 
     for (int i2 = i1; i2 <= kBlockS; ++i2) {
       for (const int shift : {1, -1}) {
         const float* v = shift == 1 ? kUp : kDown;
-        const float sumqx = (sumx[i1] - sumx[0]) * v[0] + (sumx[i2] - sumx[i1]) * v[1] + (sumx[kBlockS] - sumx[i2]) * v[2];
+        const float sumqx =
+            (sumx[i1] - sumx[0]) * v[0] + (sumx[i2] - sumx[i1]) * v[1] + (sumx[kBlockS] - sumx[i2]) * v[2];
         const float sumq2 = (sumw[i1] - sumw[0]) * v[0] * v[0] + (sumw[i2] - sumw[i1]) * v[1] * v[1] +
                             (sumw[kBlockS] - sumw[i2]) * v[2] * v[2];
         if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
@@ -186,9 +187,7 @@ constexpr int kBlockM = 16;
 
 // Shift combination k of an IQ1_M block: bit 1 set = the first group shifted down, bit 0
 // set = the second group shifted down. Returns the level values of group `group`.
-const float* shift_values(int k, int group) {
-  return (group == 0 ? k < 2 : k % 2 == 0) ? kUp : kDown;
-}
+const float* shift_values(int k, int group) { return (group == 0 ? k < 2 : k % 2 == 0) ? kUp : kDown; }
 
 struct SplitM {
   float scale;
@@ -261,8 +260,8 @@ void quantize_block_iq1_m(const float* x, const float* importance, block_iq1_m* 
     }
     bool on_grid = true;
     for (int k = 0; k < 2; ++k)
-      indices[ib][k] = snap_group(grid, levels + 8 * k, xb + 8 * k, weight + 8 * k, split.scale,
-                                  shift_values(split.k, k), &on_grid);
+      indices[ib][k] =
+          snap_group(grid, levels + 8 * k, xb + 8 * k, weight + 8 * k, split.scale, shift_values(split.k, k), &on_grid);
     if (!on_grid) {
       float sumqx = 0, sumq2 = 0;
       for (int k = 0; k < 2; ++k)
@@ -293,8 +292,8 @@ void quantize_block_iq1_m(const float* x, const float* importance, block_iq1_m* 
     float weight[kBlockM];
     weigh_iq1_m(xb, importance ? importance + kBlockM * ib : nullptr, sigma2, weight);
     for (int k = 0; k < 2; ++k)
-      add_group_fit(grid, indices[ib][k], xb + 8 * k, weight + 8 * k, shift_values(shifts[ib], k),
-                    float(2 * code + 1), &sumqx, &sumq2);
+      add_group_fit(grid, indices[ib][k], xb + 8 * k, weight + 8 * k, shift_values(shifts[ib], k), float(2 * code + 1),
+                    &sumqx, &sumq2);
   }
   if (sumq2 > 0) d = sumqx / sumq2;
   // The fp16 scale (times ggml's fudge factor) in the top nibbles of the four words.

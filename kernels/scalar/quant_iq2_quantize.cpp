@@ -17,9 +17,9 @@ namespace {
 
 using iq::GridSearch;
 
-constexpr float kZeroGroup = 1e-15f;      // ggml's GROUP_MAX_EPS
-constexpr float kZeroGroupIq2s = 1e-8f;   // ggml's GROUP_MAX_EPS_IQ2_S
-constexpr int kTopLevel = 2;              // levels 0..2 (ggml's kMaxQ = 3)
+constexpr float kZeroGroup = 1e-15f;     // ggml's GROUP_MAX_EPS
+constexpr float kZeroGroupIq2s = 1e-8f;  // ggml's GROUP_MAX_EPS_IQ2_S
+constexpr int kTopLevel = 2;             // levels 0..2 (ggml's kMaxQ = 3)
 constexpr float kOddTop = 2 * kTopLevel + 1;
 
 float largest(int n, const float* v) {
@@ -78,7 +78,8 @@ void quantize_block_iq2_xxs(const float* x, const float* importance, block_iq2_x
     return;
   }
   const float inverse_d = store_superblock_scale(max_scale, 1, &y->d);
-  for (int ib = 0; ib < int(QK_K / 32); ++ib) words[2 * ib + 1] |= uint32_t(iq::scale_code(inverse_d, scales[ib], 15)) << 28;
+  for (int ib = 0; ib < int(QK_K / 32); ++ib)
+    words[2 * ib + 1] |= uint32_t(iq::scale_code(inverse_d, scales[ib], 15)) << 28;
   std::memcpy(y->qs, words, sizeof y->qs);
 }
 
@@ -108,8 +109,7 @@ void quantize_block_iq2_xs(const float* x, const float* importance, block_iq2_xs
       scale = -scale;
       for (uint8_t& s : signs) s = ~s & 127;
     }
-    for (int k = 0; k < 2; ++k)
-      words[2 * ib + k] = uint16_t(iq::grid_index(grid, levels + 8 * k) | signs[k] << 9);
+    for (int k = 0; k < 2; ++k) words[2 * ib + k] = uint16_t(iq::grid_index(grid, levels + 8 * k) | signs[k] << 9);
     scales[ib] = scale;
     max_scale = iq::larger(max_scale, scale);
   }

@@ -64,8 +64,7 @@ void quantize_block_iq3_xxs(const float* x, const float* importance, block_iq3_x
     const float max = largest(b.xval);
     scales[ib] = 0;
     if (max < kZeroGroupIq3xxs) continue;
-    float scale =
-        iq::search_scale(grid, kPlan, kBlock, b.xval, b.weight, b.sqrt_weight, max, max / kOddTop, b.levels);
+    float scale = iq::search_scale(grid, kPlan, kBlock, b.xval, b.weight, b.sqrt_weight, max, max / kOddTop, b.levels);
     if (scale < 0) {  // never in practice; ggml flips the signs to keep the stored scale positive
       scale = -scale;
       for (uint8_t& s : signs) s = ~s & 127;
@@ -110,8 +109,7 @@ void quantize_block_iq3_s(const float* x, const float* importance, block_iq3_s* 
     const float max = largest(b.xval);
     scales[ib] = 0;
     if (!max) continue;
-    float scale =
-        iq::search_scale(grid, kPlan, kBlock, b.xval, b.weight, b.sqrt_weight, max, max / kOddTop, b.levels);
+    float scale = iq::search_scale(grid, kPlan, kBlock, b.xval, b.weight, b.sqrt_weight, max, max / kOddTop, b.levels);
     if (scale < 0) {
       scale = -scale;
       for (uint8_t& s : signs) s = ~s;
@@ -131,8 +129,8 @@ void quantize_block_iq3_s(const float* x, const float* importance, block_iq3_s* 
   y->d = f32_to_fp16(d * 1.033f);  // ggml's fudge factor
   const float inverse_d = 1 / d;
   for (int ib = 0; ib < kBlocks; ib += 2)
-    y->scales[ib / 2] = uint8_t(iq::scale_code(inverse_d, scales[ib], 15) |
-                                iq::scale_code(inverse_d, scales[ib + 1], 15) << 4);
+    y->scales[ib / 2] =
+        uint8_t(iq::scale_code(inverse_d, scales[ib], 15) | iq::scale_code(inverse_d, scales[ib + 1], 15) << 4);
 }
 
 }  // namespace
