@@ -105,10 +105,12 @@ enum class Refit {
   kOffGridGroups,          // IQ2_XS, IQ2_S, IQ3_XXS: only groups snapped to a neighbour
   kAllGroupsIfAnyOffGrid,  // IQ3_S
 };
+// The candidate inverse scales put the block's reach (its largest value, or IQ2_XXS's
+// first fit) at the top odd value 2 top_level + 1, nudged by is * step, |is| <= steps.
 struct ScaleSearch {
-  int steps;  // candidate inverse scales (2 top + 1 + is * step) / reach, |is| <= steps
+  int steps;
   float step;
-  bool assume_on_grid;  // what a block counts as when no candidate beats the start
+  bool assume_on_grid;  // whether the start counts as on the grid when no candidate beats it
   Refit refit;
 };
 // Tries each candidate inverse scale (rounding xval to levels, snapping each group onto
