@@ -3,6 +3,7 @@
 // (its README says how they were made), models rebuilt as tests/data/families describes.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -63,9 +64,9 @@ std::string run_imatrix(const std::string& model, const std::string& out, const 
   return r.out;
 }
 
-// The same entries with equal counts, sums within a relative 1e-4 of the largest sum of
+// The same entries with equal counts, sums within a relative 1e-5 of the largest sum of
 // their matrix (kiln's and ggml's products round differently, and every layer's input
-// carries that difference), and the same metadata.
+// carries that difference: seen up to 9e-7), and the same metadata.
 void expect_same_statistics(const imatrix::Imatrix& got, const imatrix::Imatrix& want) {
   EXPECT_EQ(got.legacy, want.legacy);
   EXPECT_EQ(got.datasets, want.datasets);
@@ -87,7 +88,7 @@ void expect_same_statistics(const imatrix::Imatrix& got, const imatrix::Imatrix&
       for (size_t j = 0; j < n; ++j) {
         const double diff = std::fabs(double(g.sums[k * n + j]) - w.sums[k * n + j]) / std::max(scale, 1e-30f);
         worst = std::max(worst, diff);
-        ASSERT_LE(diff, 1e-4) << "column " << j << " of matrix " << k << ": " << g.sums[k * n + j] << " vs "
+        ASSERT_LE(diff, 1e-5) << "column " << j << " of matrix " << k << ": " << g.sums[k * n + j] << " vs "
                               << w.sums[k * n + j];
       }
     }
@@ -234,7 +235,7 @@ TEST(ImatrixFile, BadFilesAreOneLineErrors) {
   expect_bad("", "entry count");
   expect_bad(i32(0), "no importance matrix entries");
   expect_bad(i32(1) + i32(1000), "name length");
-  expect_bad(i32(1) + i32(3) + "abc" + i32(1) + i32(4) + std::string(8, '\0'), "entry 'abc''s values");
+  expect_bad(i32(1) + i32(3) + "abc" + i32(1) + i32(4) + std::string(8, '\0'), "entry 'abc''s value count is 4");
   expect_bad(i32(1) + i32(3) + "abc" + i32(1) + i32(-2), "entry 'abc''s value count");
   const std::string ref = read_file(kRefs + "/phi3-tiny.imatrix.gguf");
   expect_bad(ref.substr(0, ref.size() / 2), "");  // the GGUF reader's own message, with the path
@@ -280,7 +281,7 @@ TEST(ImatrixQuantize, BadImatrixIsOneLine) {
   // An entry of another size than its tensor: an imatrix of another model.
   r = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(model) + " " + shell_quote(out) +
                   " Q8_0 --quiet --imatrix " + shell_quote(kRefs + "/llama3-tiny.imatrix.gguf"));
-  expect_one_line_error(r, 1, "has 160 values; the tensor needs");
+  expect_one_line_error(r, 1, "has 192 values; the tensor needs 160");
 }
 
 // Whether kernels::ref::quantize_chunk writes `type` with importance weights yet.
@@ -334,7 +335,9 @@ TEST(ImatrixQuantize, SameTensorsAndKeysAsLlamaQuantize) {
     for (const auto& k : keys) {
       const kiln::gguf::Value* v = f->find(k[0]);
       ASSERT_NE(v, nullptr) << k[0];
-      EXPECT_EQ(kiln::gguf::value_type_name(v->type), k[1]) << k[0];
+      std::string type = kiln::gguf::value_type_name(v->type);
+      for (char& ch : type) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+      EXPECT_EQ(type, k[1]) << k[0];
       EXPECT_EQ(v->type == kiln::gguf::ValueType::STRING ? v->s : std::to_string(v->u), k[2]) << k[0];
     }
   }

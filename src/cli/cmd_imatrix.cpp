@@ -6,6 +6,7 @@
 // Unless --no-ppl, each chunk's second half is scored as llama-imatrix scores it.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

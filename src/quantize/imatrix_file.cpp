@@ -2,6 +2,7 @@
 // reader and writer, the legacy .dat by hand. Every count and length a file claims is
 // checked against its size before anything is allocated for it.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -106,7 +107,7 @@ class DatReader {
   size_t length(const std::string& field, size_t unit) {
     const int32_t n = i32(field);
     if (n < 0 || size_t(n) > (bytes_.size() - at_) / unit)
-      throw Error(path_ + ": " + field + " is " + std::to_string(n) + ", more than the file holds (not an importance matrix?)");
+      throw Error(path_ + ": " + field + " is " + std::to_string(n) + ", not a length within the file (not an importance matrix?)");
     return size_t(n);
   }
 
