@@ -72,7 +72,8 @@ int imatrix(ImatrixOptions& o) {
   const int32_t batch = std::min(o.model.n_batch, n_ctx);
   o.model.n_batch = std::min(kLlamaUbatch, batch);
 
-  auto model = load_model(resolve_model_path(o.model.model), o.model.repack);
+  const std::string model_path = resolve_model_path(o.model.model);
+  auto model = load_model(model_path, o.model.repack);
   const Tokenizer& tok = model->tokenizer();
   const bool add_bos = tok.vocab().add_bos && tok.bos() >= 0;
   std::vector<int32_t> tokens = tok.encode(text, add_bos);
@@ -86,6 +87,7 @@ int imatrix(ImatrixOptions& o) {
                 std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx));
   int32_t n_chunk = int32_t(tokens.size() / size_t(n_ctx));
   if (o.n_chunks >= 0) n_chunk = std::min(n_chunk, o.n_chunks);
+  if (n_chunk < 1) throw UsageError("--chunks " + std::to_string(o.n_chunks) + ": nothing to evaluate");
 
   Session session(*model, session_params(o.model, *model));
   imatrix::Collector collector(o.process_output);
@@ -135,6 +137,8 @@ int imatrix(ImatrixOptions& o) {
   session.set_matmul_observer(nullptr);
 
   const imatrix::Imatrix m = collector.result({o.file}, n_ctx);
+  if (m.entries.empty())
+    throw Error(model_path + ": no weight matrix named blk.* (or output.weight) was multiplied; nothing to write");
   warn_partial(m);
   if (o.format == "dat") imatrix::write_dat(m, o.output);
   else imatrix::write_gguf(m, o.output);
