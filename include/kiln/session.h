@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/matmul_observer.h"
 #include "kiln/model.h"
 
 namespace kiln {
@@ -192,6 +193,10 @@ class Session {
   // whole part and what its sequence held before, nothing of the other parts.
   std::span<const float> decode_batch_hidden(std::span<const BatchPart> parts);
   KvMemory kv_memory() const;
+
+  // Shows every weight product of the following forward passes to `observer` (nullptr:
+  // none, the default); the observer must outlive its use (kiln/matmul_observer.h).
+  void set_matmul_observer(MatmulObserver* observer);
 
   const Model& model() const;
 

@@ -16,6 +16,7 @@ void build_app(CLI::App& app, Action& action) {
   register_tokenize(app, action);
   register_perplexity(app, action);
   register_quantize(app, action);
+  register_imatrix(app, action);
   register_template(app, action);
   register_serve(app, action);
   register_embed(app, action);

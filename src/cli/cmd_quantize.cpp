@@ -1,6 +1,8 @@
-// kiln quantize IN.gguf OUT.gguf PRESET: rewrites a float model with quantized weights.
-// The K presets choose a type per tensor exactly as llama-quantize does (src/quantize/mix.h);
-// the legacy presets quantize every matrix whose rows are whole blocks and keep the rest.
+// kiln quantize IN.gguf OUT.gguf PRESET [--imatrix FILE]: rewrites a float model with
+// quantized weights. The K presets choose a type per tensor exactly as llama-quantize does
+// (src/quantize/mix.h); the legacy presets quantize every matrix whose rows are whole
+// blocks and keep the rest. --imatrix weighs each matrix's quantization error by its
+// importance vector (kiln imatrix's or llama-imatrix's file, either format).
 // Progress: a bar on stderr when it is a terminal, otherwise one line per tensor; nothing
 // but errors with --quiet.
 #include <spdlog/spdlog.h>
@@ -19,7 +21,7 @@ namespace {
 
 struct QuantizeOptions {
   LogOptions log;
-  std::string input, output, type;
+  std::string input, output, type, imatrix;
   unsigned n_threads = 0;
 };
 
@@ -62,15 +64,15 @@ int quantize(QuantizeOptions& o) {
   } else if (log_lines) {
     progress.tensor_finished = [](const quantize::TensorStep& s) {
       const std::string what = s.from == s.to ? type_name(s.from) + " (kept)" : type_name(s.from) + " -> " + type_name(s.to);
-      spdlog::info("[{}/{}] {} ({}): {}{}", s.index + 1, s.count, s.name, shape(s.dims), what,
-                   s.fell_back ? " (" + s.note + ")" : "");
+      spdlog::info("[{}/{}] {} ({}): {}{}{}", s.index + 1, s.count, s.name, shape(s.dims), what,
+                   s.weighted ? " with importance" : "", s.fell_back ? " (" + s.note + ")" : "");
     };
   }
 
   const auto t0 = std::chrono::steady_clock::now();
   quantize::Summary sum;
   try {
-    sum = quantize::quantize_model(o.input, o.output, *preset, o.n_threads, progress);
+    sum = quantize::quantize_model(o.input, o.output, *preset, o.n_threads, progress, o.imatrix);
   } catch (...) {
     if (bar) std::fputc('\n', stderr);  // leave the bar's line before the error message
     throw;
@@ -80,6 +82,8 @@ int quantize(QuantizeOptions& o) {
   spdlog::info("kiln: wrote {}: {} of {} tensors quantized to {} ({}), {:.2f} MiB -> {:.2f} MiB in {:.1f} s", o.output,
                sum.n_quantized, sum.n_tensors, preset->name, type_counts(sum), sum.bytes_in / 1048576.0,
                sum.bytes_out / 1048576.0, seconds);
+  if (!o.imatrix.empty())
+    spdlog::info("kiln: {} of {} quantized matrices weighted by {}", sum.n_weighted, sum.n_quantized, o.imatrix);
   if (sum.n_fell_back)
     spdlog::info("kiln: {} matrices have rows that are not whole blocks of their {} type and got a smaller-block type "
                  "(or kept theirs)",
@@ -98,6 +102,9 @@ void register_quantize(CLI::App& app, Action& action) {
                                        " (case-insensitive; Q3_K, Q4_K, Q5_K mean the _M mixes)")
       ->required();
   cmd->add_option("-t,--threads", o->n_threads, "Threads (0: all hardware threads)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--imatrix", o->imatrix,
+                  "Importance matrix (kiln imatrix or llama-imatrix, GGUF or .dat) to weigh each matrix's "
+                  "quantization error by");
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return quantize(*o); }; });
 }

@@ -155,6 +155,7 @@ void register_info(CLI::App& app, Action& action);
 void register_tokenize(CLI::App& app, Action& action);
 void register_perplexity(CLI::App& app, Action& action);
 void register_quantize(CLI::App& app, Action& action);
+void register_imatrix(CLI::App& app, Action& action);
 void register_template(CLI::App& app, Action& action);
 void register_serve(CLI::App& app, Action& action);
 void register_embed(CLI::App& app, Action& action);

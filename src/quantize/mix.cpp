@@ -320,12 +320,28 @@ std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
 // (llama-quantize would refuse the others; kiln keeps their type), except the output
 // projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes, and
 // an 8-expert model's key and value projections, which get Q8_0 as there.
-std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, const std::vector<TensorDesc>& tensors) {
+// With an importance matrix, Q4_0 and Q5_0 give the first eighth of the ffn_down matrices
+// (by position, or by the layer in the name with experts) Q4_1 and Q5_1 instead: even
+// weighted, llama.cpp found those layers going wrong with the plain types.
+std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, const std::vector<TensorDesc>& tensors,
+                                     bool has_imatrix) {
   bool tied = true;
   for (const TensorDesc& t : tensors)
     if (role_of(t.name) == Role::output) tied = false;
+  std::vector<bool> guarded(tensors.size(), false);
+  if (has_imatrix && (p.file_type == FileType::Q4_0 || p.file_type == FileType::Q5_0)) {
+    int position = 0;
+    for (size_t i : visit_order(tensors)) {
+      const TensorDesc& t = tensors[i];
+      if (role_of(t.name) != Role::ffn_down || !llama_quantizes(t)) continue;
+      const int layer = model.n_experts > 1 ? layer_in_name(t.name) : position;
+      ++position;
+      guarded[i] = layer >= 0 && layer < int(model.n_layers / 8);
+    }
+  }
   std::vector<TypeChoice> out;
-  for (const TensorDesc& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorDesc& t = tensors[i];
     const Role r = role_of(t.name);
     // 3-D: a mixture of experts' stacked matrices (rows of every expert, one after the
     // other). What llama-quantize never quantizes stays as it is: the router
@@ -339,6 +355,8 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, c
       out.push_back(fit_row_length(output_projection_type(p.base_type, t), t));
     } else if (eight_expert_kv(model.n_experts, r) && llama_quantizes(t)) {
       out.push_back(plain(TensorType::Q8_0));
+    } else if (guarded[i]) {
+      out.push_back(plain(p.file_type == FileType::Q4_0 ? TensorType::Q4_1 : TensorType::Q5_1));
     } else {
       out.push_back(plain(p.base_type));
     }
@@ -379,9 +397,9 @@ std::string preset_names() {
 }
 
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
-                                     const std::vector<TensorDesc>& tensors) {
+                                     const std::vector<TensorDesc>& tensors, bool has_imatrix) {
   if (preset.file_type == FileType::MXFP4_MOE) return mxfp4_moe_types(tensors);
-  if (!preset.llama_mix) return legacy_types(preset, model, tensors);
+  if (!preset.llama_mix) return legacy_types(preset, model, tensors, has_imatrix);
   const ArchRule* arch = arch_rule(model.arch);
   if (!arch) {
     std::string known;

@@ -89,8 +89,10 @@ struct TypeChoice {
 
 // One choice per tensor, in the order given. Throws kiln::Error (naming the tensor) where
 // llama-quantize would refuse, or kiln has no rules for: a K preset on an architecture
-// kiln does not run or on a mixture-of-experts model.
+// kiln does not run or on a mixture-of-experts model. has_imatrix: quantizing with an
+// importance matrix, which changes some of llama-quantize's choices (Q4_0 and Q5_0's
+// first ffn_down layers).
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
-                                     const std::vector<TensorDesc>& tensors);
+                                     const std::vector<TensorDesc>& tensors, bool has_imatrix = false);
 
 }  // namespace kiln::quantize

@@ -9,8 +9,10 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/quant_iq.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
+#include "kiln/imatrix.h"
 
 namespace kiln::quantize {
 namespace {
@@ -64,16 +66,21 @@ void for_row_ranges(uint64_t rows, uint64_t row_length, unsigned n_threads, cons
 }
 
 // The tensor converted to `to` (a quantized type, or F16 for the rare fallback).
-std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned n_threads) {
+// importance: nullptr, or a vector of row_length weights per matrix (per expert of a 3-D
+// tensor), which each row is fitted with.
+std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned n_threads, const float* importance) {
   const uint64_t row_length = t.dims[0];
   const uint64_t rows = t.n_elements / row_length;
+  const uint64_t rows_per_matrix = t.dims.size() >= 2 ? t.dims[1] : 1;
   const uint64_t row_bytes = bytes_of(to, row_length, 1);
   std::vector<uint8_t> out(row_bytes * rows);
   const uint64_t rows_per_chunk = std::max<uint64_t>(1, kChunkValues / row_length);
   for_row_ranges(rows, row_length, n_threads, [&](uint64_t r0, uint64_t r1) {
     std::vector<float> values(std::min(rows_per_chunk, r1 - r0) * row_length);
-    for (uint64_t r = r0; r < r1; r += rows_per_chunk) {
-      const uint64_t n_rows = std::min(rows_per_chunk, r1 - r);
+    for (uint64_t r = r0, n_rows = 0; r < r1; r += n_rows) {
+      n_rows = std::min(rows_per_chunk, r1 - r);
+      // A chunk stays within one expert: the experts have importance vectors of their own.
+      if (importance) n_rows = std::min(n_rows, rows_per_matrix - r % rows_per_matrix);
       const uint64_t n = n_rows * row_length;
       to_f32(t, r * row_length, n, values.data());
       uint8_t* dst = out.data() + r * row_bytes;
@@ -83,6 +90,9 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
           const uint16_t h = f32_to_fp16(values[i]);
           std::memcpy(dst + 2 * i, &h, 2);
         }
+      } else if (importance) {
+        kernels::ref::quantize_chunk(to, values.data(), dst, n_rows, row_length,
+                                     importance + r / rows_per_matrix * row_length);
       } else {
         // Whole rows of whole blocks: the reference quantizers are block-local, so the
         // bytes do not depend on how rows are split between threads.
@@ -119,10 +129,41 @@ ModelFacts read_facts(const gguf::File& f) {
   return m;
 }
 
+// The importance vectors llama-quantize derives from the file, by tensor name, and the
+// keys it writes about the file (strings cut at 127 bytes, as its fixed buffers cut them).
+std::map<std::string, std::vector<float>> load_importance(const std::string& path, gguf::Writer& w) {
+  const imatrix::Imatrix m = imatrix::read(path);
+  if (!m.legacy && !m.has_metadata)
+    throw Error(path + ": no imatrix.datasets, imatrix.chunk_count or imatrix.chunk_size key (an importance "
+                "matrix GGUF has all three)");
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, e] : m.entries) out[name] = imatrix::importance(e, m.legacy);
+  const auto cut = [](std::string s) { return s.size() > 127 ? s.substr(0, 127) : s; };
+  w.set("quantize.imatrix.file", gguf::Value::of_string(cut(path)));
+  if (!m.datasets.empty()) w.set("quantize.imatrix.dataset", gguf::Value::of_string(cut(m.datasets[0])));
+  w.set("quantize.imatrix.entries_count", gguf::Value::of_u32(uint32_t(out.size())));
+  if (m.chunk_count > 0) w.set("quantize.imatrix.chunks_count", gguf::Value::of_u32(uint32_t(m.chunk_count)));
+  return out;
+}
+
+// Tensor t's importance vectors, or nullptr when the file has none for it (llama-quantize
+// then quantizes it unweighted). An entry of another size is an error, but for the token
+// embeddings, which no product reads as a weight matrix.
+const float* importance_of(const gguf::TensorInfo& t, const std::map<std::string, std::vector<float>>& importance,
+                           const std::string& path) {
+  const auto it = importance.find(t.name);
+  if (it == importance.end()) return nullptr;
+  const uint64_t want = t.dims[0] * (t.dims.size() >= 3 ? t.dims[2] : 1);
+  if (it->second.size() == want) return it->second.data();
+  if (t.name == "token_embd.weight") return nullptr;
+  throw Error(path + ": entry '" + t.name + "' has " + std::to_string(it->second.size()) + " values; the tensor needs " +
+              std::to_string(want) + " (an importance matrix of another model?)");
+}
+
 }  // namespace
 
 Summary quantize_model(const std::string& input, const std::string& output, const Preset& preset,
-                       unsigned n_threads, const Progress& progress) {
+                       unsigned n_threads, const Progress& progress, const std::string& imatrix) {
   std::error_code ec;
   if (std::filesystem::equivalent(input, output, ec))
     throw Error(output + ": is the input file; write the quantized model to another path");
@@ -137,7 +178,7 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
   }
   std::vector<TypeChoice> choices;
   try {
-    choices = choose_types(preset, read_facts(*in), descs);
+    choices = choose_types(preset, read_facts(*in), descs, !imatrix.empty());
   } catch (const Error& e) {
     throw Error(input + ": " + e.what());
   }
@@ -147,6 +188,8 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
     if (key != "general.alignment") w.set(key, value);
   w.set("general.quantization_version", gguf::Value::of_u32(kQuantizationVersion));
   w.set("general.file_type", gguf::Value::of_u32(uint32_t(preset.file_type)));
+  const std::map<std::string, std::vector<float>> importance =
+      imatrix.empty() ? std::map<std::string, std::vector<float>>{} : load_importance(imatrix, w);
 
   Summary sum;
   sum.n_tensors = in->tensors().size();
@@ -164,8 +207,11 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
       throw Error(input + ": tensor '" + t.name + "' is " + type_name(t.type) +
                   "; quantize from an F32, F16 or BF16 model");
     } else {
-      bytes = convert(t, c.type, n_threads);
+      const float* weights = c.type == TensorType::F16 ? nullptr : importance_of(t, importance, imatrix);
+      step.weighted = weights != nullptr;
+      bytes = convert(t, c.type, n_threads, weights);
       if (c.type != TensorType::F16) ++sum.n_quantized;
+      sum.n_weighted += step.weighted;
     }
     step.bytes_out = bytes.size();
     done_in += t.n_bytes;

@@ -133,6 +133,7 @@ void Forward::matmuls(const float* in, size_t B, std::initializer_list<MatmulOut
 // that threads take in turn. Tiny work stays on one thread: waking the pool costs more
 // than the arithmetic.
 void Forward::gemms(std::span<const GemmJob> jobs) {
+  if (observer_) observe(jobs);
   const void* prepared_for[kMaxMatmuls] = {};
   const float* prepared_in[kMaxMatmuls] = {};
   TensorType prepared_type[kMaxMatmuls];
@@ -179,6 +180,18 @@ void Forward::gemms(std::span<const GemmJob> jobs) {
   pool.parallel_for_dynamic(tasks.size(), 1, [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) ops.gemm(tasks[t]);
   });
+}
+
+// Each job's input, once per weight tensor: the matrices cut from one fused tensor (wq,
+// wk, wv of attn_qkv; gate and up of phi3's ffn_up) read the same rows in the same call.
+void Forward::observe(std::span<const GemmJob> jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const GemmJob& j = jobs[i];
+    bool seen = !j.w->info || j.B == 0;
+    for (size_t k = 0; k < i && !seen; ++k)
+      seen = jobs[k].w->info == j.w->info && jobs[k].x == j.x && jobs[k].expert == j.expert;
+    if (!seen) observer_->on_matmul(*j.w->info, j.expert, j.x, j.B);
+  }
 }
 
 // Between two matmuls of a decoding step the caller's thread runs a few µs alone (norms,

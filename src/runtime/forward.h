@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kiln/matmul_observer.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "runtime/attention.h"
@@ -58,6 +59,8 @@ class Forward {
   const std::vector<float>& rope_cos_sin() const { return rope_cos_sin_; }
   // KvStateDesc::positions: 0 when keys are rotated as the model's own settings say.
   uint64_t positions_id() const { return positions_id_; }
+  // Every weight product of later runs is shown to it first (nullptr: none).
+  void set_observer(MatmulObserver* observer) { observer_ = observer; }
 
  private:
   struct MatmulOut {
@@ -71,8 +74,10 @@ class Forward {
     const float* x = nullptr;
     size_t B = 0;
     float* y = nullptr;
+    int64_t expert = -1;  // w's index in its 3-D tensor of experts, for the observer
   };
   void gemms(std::span<const GemmJob> jobs);
+  void observe(std::span<const GemmJob> jobs);
   void matmul(const WeightView& w, const float* in, float* out, size_t B) { matmuls(in, B, {{w, out}}); }
   void prepare_activations(TensorType type, const float* in, size_t k, size_t B, void* dst);
   // The next gemms() job's weights, in its order: the pool's idle workers fetch their start.
@@ -91,6 +96,7 @@ class Forward {
   const Model& model;
   const ModelConfig& c;
   const kernels::Ops& ops;
+  MatmulObserver* observer_ = nullptr;
   KvStore& kv;
   ThreadPool& pool;
   Attention attention;

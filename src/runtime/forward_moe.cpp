@@ -87,8 +87,8 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
     gemms(expert_jobs);
   };
   each_chosen_expert([&](size_t e, size_t row0, size_t n) {
-    expert_jobs.push_back({&L.gate_exps[e], &expert_in[row0 * dim], n, &hb[row0 * ffn]});
-    expert_jobs.push_back({&L.up_exps[e], &expert_in[row0 * dim], n, &hb2[row0 * ffn]});
+    expert_jobs.push_back({&L.gate_exps[e], &expert_in[row0 * dim], n, &hb[row0 * ffn], int64_t(e)});
+    expert_jobs.push_back({&L.up_exps[e], &expert_in[row0 * dim], n, &hb2[row0 * ffn], int64_t(e)});
   });
   if (B == 1) {
     const WeightView* next[ThreadPool::kMaxHints];
@@ -112,7 +112,7 @@ void Forward::moe_ffn(const LayerWeights& L, size_t B) {
   else
     for (size_t r = 0; r < B * n_used; ++r) ops.swiglu(&hb[r * ffn], &hb2[r * ffn], &hb[r * ffn], ffn);
   each_chosen_expert([&](size_t e, size_t row0, size_t n) {
-    expert_jobs.push_back({&L.down_exps[e], &hb[row0 * ffn], n, &expert_y[row0 * dim]});
+    expert_jobs.push_back({&L.down_exps[e], &hb[row0 * ffn], n, &expert_y[row0 * dim], int64_t(e)});
   });
   add_expert_bias(L.down_exps_b, expert_y.data(), dim);
 

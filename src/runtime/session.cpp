@@ -251,6 +251,8 @@ const Model& Session::model() const { return impl_->model; }
 KvLayout Session::kv_layout() const { return impl_->kv->layout(); }
 KvMemory Session::kv_memory() const { return impl_->kv->memory(); }
 
+void Session::set_matmul_observer(MatmulObserver* observer) { impl_->forward.set_observer(observer); }
+
 // Bits 8..31 of a KV type name the sliding windows (runtime/sliding_window.h): a state
 // saved with windows only loads where the same windows mask it, ring or full-size.
 std::string Session::kv_type_name(uint32_t kv_type) {
