@@ -23,8 +23,8 @@ namespace {
 
 const std::string kData = std::string(KILN_SOURCE_DIR) + "/tests/data/quant/";
 
-// `kiln-gen --shape iquant-tiny --type f32 --vocab-from stories260K.gguf --seed 7
-// --weight-std 0.1 --norm-jitter 0.3`, written once per test program.
+// `kiln-gen --shape iquant-tiny --type f32 --vocab-from ../shared/models/stories260K.gguf
+// --seed 7 --weight-std 0.1 --norm-jitter 0.3`, written once per test program.
 const std::string& f32_model() {
   static const std::string path = [] {
     gen::GenerateOptions o;
@@ -42,12 +42,12 @@ const std::string& f32_model() {
   return path;
 }
 
-// A line of iquant-perplexity.txt: "file preset tensor-digest PPL +/-". Preset F32 is the
-// kiln-gen file; "T" is `llama-quantize --imatrix IMATRIX F32 OUT T`, "T+pure" the same
-// with `--pure --output-tensor-type T` (and `--token-embedding-type T` where ggml can
-// quantize token_embd, which has no importance weights, to T).
+// A line of iquant-perplexity.txt: "file preset flags tensor-digest file-sha256 PPL +/-".
+// Preset F32 is the kiln-gen file; any other is `llama-quantize FLAGS F32 OUT PRESET`,
+// FLAGS comma-separated ("-": none), which kiln quantize is given as they are (the
+// imatrix file name resolved in tests/data/quant).
 struct Line {
-  std::string file, preset, digest;
+  std::string file, preset, flags, digest, sha256;
   double ppl = 0, err = 0;
 };
 
@@ -58,11 +58,30 @@ std::vector<Line> lines() {
     if (text.empty() || text[0] == '#') continue;
     std::istringstream ls(text);
     Line l;
-    ls >> l.file >> l.preset >> l.digest >> l.ppl >> l.err;
+    ls >> l.file >> l.preset >> l.flags >> l.digest >> l.sha256 >> l.ppl >> l.err;
     if (!ls) throw std::runtime_error("iquant-perplexity.txt: bad line " + text);
     out.push_back(l);
   }
   return out;
+}
+
+std::string kiln_flags(const std::string& flags) {
+  if (flags == "-") return "";
+  std::string out;
+  std::istringstream in(flags);
+  for (std::string f; std::getline(in, f, ',');) {
+    if (f.find(".imatrix.gguf") != std::string::npos) f.insert(0, kData);
+    out += ' ';
+    out += shell_quote(f);
+  }
+  return out;
+}
+
+std::string test_name(const Line& l) {
+  std::string n = l.preset;
+  if (l.flags.find("--pure") != std::string::npos) n += "_pure";
+  if (l.flags.find("--imatrix") == std::string::npos && l.preset != "F32") n += "_no_imatrix";
+  return n;
 }
 
 double kiln_perplexity(const std::string& model, double* err) {
@@ -89,32 +108,26 @@ TEST_P(IquantPerplexity, MatchesLlamaPerplexity) {
   ASSERT_EQ(l.file, "iquant-tiny");
   std::string model = f32_model();
   if (l.preset != "F32") {
-    const size_t plus = l.preset.find('+');
-    const std::string type = l.preset.substr(0, plus);
-    std::string flags = " --imatrix " + shell_quote(kData + "iquant-tiny.imatrix.gguf");
-    if (plus != std::string::npos) flags += " --pure --output-tensor-type " + type;
-    model = temp_dir() + "/iquant-tiny-" + l.preset + ".gguf";
+    model = temp_dir() + "/iquant-tiny-" + test_name(l) + ".gguf";
     const auto q = run_command(shell_quote(kiln_binary()) + " quantize " + shell_quote(f32_model()) + " " +
-                               shell_quote(model) + " " + type + flags + " --quiet");
+                               shell_quote(model) + " " + l.preset + kiln_flags(l.flags) + " --quiet");
     if (q.exit_code != 0)
-      GTEST_SKIP() << "kiln quantize cannot write " << l.preset << " yet (the i-quant quantizers are missing): "
-                   << trim(q.err);
+      GTEST_SKIP() << "kiln quantize cannot write " << test_name(l)
+                   << " yet (the i-quant quantizers are missing): " << trim(q.err);
   }
   EXPECT_EQ(tensor_digest(model), l.digest) << "not the tensors llama.cpp scored";
   double err = 0;
   const double ppl = kiln_perplexity(model, &err);
-  std::printf("[ iquant-tiny %s ] kiln %.4f vs llama-perplexity %.4f\n", l.preset.c_str(), ppl, l.ppl);
-  const double bound = l.preset == "F32" ? 5e-4 : 1e-3;
+  std::printf("[ iquant-tiny %s ] kiln %.4f vs llama-perplexity %.4f\n", test_name(l).c_str(), ppl, l.ppl);
+  // llama.cpp multiplies i-quant weights by 8-bit activations (Q8_K), kiln's reference by
+  // the floats: 0.77% apart at most on this peaky model (README). The F32 file agrees to 2e-6.
+  const double bound = l.preset == "F32" ? 5e-4 : 1e-2;
   EXPECT_NEAR(ppl, l.ppl, l.ppl * bound);
-  EXPECT_NEAR(err, l.err, l.err * 5 * bound);
+  EXPECT_NEAR(err, l.err, l.err * 2 * bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, IquantPerplexity, testing::ValuesIn(lines()),
-                         [](const testing::TestParamInfo<Line>& info) {
-                           std::string n = info.param.preset;
-                           for (char& c : n) c = c == '+' ? '_' : c;
-                           return n;
-                         });
+                         [](const testing::TestParamInfo<Line>& info) { return test_name(info.param); });
 
 }  // namespace
 }  // namespace kiln::test

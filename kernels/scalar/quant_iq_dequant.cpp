@@ -2,10 +2,12 @@
 // TQ2_0), layouts in kernels/quant_iq.h.
 //
 // Bit for bit with ggml's dequantize_row_*: each scale is formed with ggml's operations in
-// ggml's association order (IQ2_XXS's (d * (0.5 + ls)) * 0.25, not d * ((0.5 + ls) * 0.25),
-// which rounds differently), and each element is scale * magnitude, then times +-1 (an
-// exact negation, kept as ggml writes it). Multi-byte fields are assembled from bytes, so
-// the code reads the little-endian file layout on any host.
+// ggml's association order (IQ2_XXS's (d * (0.5 + ls)) * 0.25), and each element is
+// scale * magnitude, then times +-1, as ggml writes it. With normal numbers every product
+// here is exact (an fp16 d has 11 significant bits, the sub-scales and magnitudes at most
+// 13 together), so the order shows only where a product leaves float's normal range
+// (subnormal or overflowing scales); it is kept for those. Multi-byte fields are
+// assembled from bytes, so the code reads the little-endian file layout on any host.
 #include <bit>
 
 #include "kernels/quant_iq.h"
