@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ struct Line {
   std::string file, preset, flags, digest, sha256;
   double ppl = 0, err = 0;
 };
+
+void PrintTo(const Line& l, std::ostream* os) { *os << l.preset << " " << l.flags; }
 
 std::vector<Line> lines() {
   std::vector<Line> out;

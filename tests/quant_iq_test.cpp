@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +68,8 @@ struct FixtureCase {
   TensorType type;
   const char* prefix;
 };
+
+void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.prefix << type_name(c.type); }
 
 std::string case_name(const FixtureCase& c) {
   std::string p = c.prefix;
