@@ -183,8 +183,9 @@ const QuantTraits* quant_traits_begin();
 const QuantTraits* quant_traits_end();
 
 // n values of `type` at src (n a multiple of the block size) -> n floats. Supported: Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4. Throws kiln::Error for other
-// types or a bad n; src needs the block's alignment (2 bytes, 4 for Q8_K).
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4, and the i-quant and
+// ternary types of kernels/quant_iq.h. Throws kiln::Error for other types or a bad n; src
+// needs the block's alignment (2 bytes, 4 for Q8_K).
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // n floats -> n / block_size blocks of `type` at dst, exactly as ggml's *_ref quantizers.

@@ -17,25 +17,41 @@ namespace kiln::kernels {
 
 inline constexpr size_t QK4_NL = 32;
 
+// Groups of 32 (g = 0..7) in qs[4g..4g+3], read as two little-endian uint32: the first holds
+// four kIq2xxsGrid indices (byte l for elements 8l..8l+7 of the group), the second four
+// 7-bit sign fields (bits 7l..7l+6; bit j set negates element j, and element 7's sign is
+// the field's parity, so negatives are even) and a 4-bit scale ls in bits 28..31.
+// x = (d * (0.5 + ls)) * 0.25 * grid byte * sign.
 struct block_iq2_xxs {
   uint16_t d;
   uint16_t qs[QK_K / 8];
 };
+// Groups of 8: qs[k] = kIq2xsGrid index (bits 0..8) | 7 sign bits (9..15, parity as
+// IQ2_XXS). The group of 32 g has 4-bit scales in scales[g]: low nibble for its first 16
+// elements, high for the rest. x = (d * (0.5 + ls)) * 0.25 * grid byte * sign.
 struct block_iq2_xs {
   uint16_t d;
   uint16_t qs[QK_K / 8];
   uint8_t scales[QK_K / 32];
 };
+// Groups of 8 (k = 0..31): kIq2sGrid index qs[k] | bits 2(k%4)..+1 of qh[k/4] as bits 8..9;
+// 8 explicit signs in qs[32 + k] (bit j negates element j). Scales as IQ2_XS.
 struct block_iq2_s {
   uint16_t d;
   uint8_t qs[QK_K / 4];
   uint8_t qh[QK_K / 32];
   uint8_t scales[QK_K / 32];
 };
+// Groups of 4 (k = 0..63): kIq3xxsGrid index qs[k]. qs[64..96) are 8 little-endian uint32,
+// one per group of 32: four 7-bit sign fields for its groups of 8 (parity as IQ2_XXS) and
+// a 4-bit scale in bits 28..31. x = (d * (0.5 + ls)) * 0.5 * grid byte * sign.
 struct block_iq3_xxs {
   uint16_t d;
   uint8_t qs[3 * QK_K / 8];
 };
+// Groups of 4 (k = 0..63): kIq3sGrid index qs[k] | bit k%8 of qh[k/8] as bit 8; 8 explicit
+// signs per group of 8 in signs[]. Group of 32 g: 4-bit scale s, nibble g%2 of scales[g/2];
+// x = (d * (1 + 2s)) * grid byte * sign.
 struct block_iq3_s {
   uint16_t d;
   uint8_t qs[QK_K / 4];
@@ -43,33 +59,50 @@ struct block_iq3_s {
   uint8_t signs[QK_K / 8];
   uint8_t scales[QK_K / 64];
 };
+// Groups of 8 (k = 0..31): kIq1sGrid index qs[k] | bits 3(k%4)..+2 of qh[k/4] as bits
+// 8..10. qh[g] (group of 32) also holds a 3-bit scale s in bits 12..14 and the delta's sign
+// in bit 15 (set: -kIq1Delta). x = (d * (2s + 1)) * (grid value + delta).
 struct block_iq1_s {
   uint16_t d;
   uint8_t qs[QK_K / 8];
   uint16_t qh[QK_K / 32];
 };
 // No d field: the fp16 super-block scale is spread over the top nibbles of the four
-// uint16 words of scales.
+// little-endian uint16 words of scales (word 0's is its lowest nibble). Groups of 8 as
+// IQ1_S, except that the high index bits and the delta's sign are a nibble of qh per group
+// (bits 0..2, bit 3; group k in nibble k%2 of qh[k/2]). Group of 32 g: 3-bit scales at bits
+// 6(g%2) (first 16 elements) and 6(g%2) + 3 (last 16) of word g/2.
+// x = (d * (2s + 1)) * (grid value + delta).
 struct block_iq1_m {
   uint8_t qs[QK_K / 8];
   uint8_t qh[QK_K / 16];
   uint8_t scales[QK_K / 32];
 };
+// x = d * kIq4nlValues[q]; nibbles as Q4_0 (element j < 16 low nibble of qs[j], j + 16
+// its high nibble).
 struct block_iq4_nl {
   uint16_t d;
   uint8_t qs[QK4_NL / 2];
 };
+// Eight IQ4_NL-style groups of 32 in qs[16g..16g+16), each with a 6-bit scale: low 4 bits
+// nibble g%2 of scales_l[g/2], high 2 bits bits 2g..2g+1 of scales_h.
+// x = (d * (ls - 32)) * kIq4nlValues[q].
 struct block_iq4_xs {
   uint16_t d;
   uint16_t scales_h;
   uint8_t scales_l[QK_K / 64];
   uint8_t qs[QK_K / 2];
 };
+// Ternary, base 3: each byte holds 5 (qh: 4) digits t as the fraction value/243 rounded up
+// to 8 bits; digit n is ((uint8_t)(byte * 3^n) * 3) >> 8. x = (t - 1) * d. Elements: digit 0
+// of qs[0..32), digit 1 of them, ... digit 4; the same for qs[32..48); then qh's digits 0..3.
 struct block_tq1_0 {
   uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];
   uint8_t qh[QK_K / 64];
   uint16_t d;
 };
+// Ternary, 2 bits: element 128h + 32l + m is bits 2l..2l+1 of qs[32h + m], value t;
+// x = (t - 1) * d.
 struct block_tq2_0 {
   uint8_t qs[QK_K / 4];
   uint16_t d;

@@ -402,11 +402,14 @@ TEST(Gemm, BitIdenticalAcrossSplitsAndBatchSizes) {
 
 TEST(Gemm, SupportedTypes) {
   for (Isa isa : available_isas()) {
-    for (TensorType t : {TensorType::IQ2_XXS, TensorType::Q8_K, TensorType::Q8_1, TensorType::I8, TensorType::TQ1_0})
+    for (TensorType t : {TensorType::Q8_K, TensorType::Q8_1, TensorType::I8, TensorType::I32})
       EXPECT_FALSE(ops_for(isa)->gemm_supports(t)) << type_name(t);
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
                          TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4})
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4,
+                         TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ2_S, TensorType::IQ3_XXS,
+                         TensorType::IQ3_S, TensorType::IQ1_S, TensorType::IQ1_M, TensorType::IQ4_NL,
+                         TensorType::IQ4_XS, TensorType::TQ1_0, TensorType::TQ2_0})
       EXPECT_TRUE(ops_for(isa)->gemm_supports(t)) << type_name(t);
   }
 }

@@ -1,6 +1,6 @@
 // Reference (de)quantization of the 32-element legacy formats Q4_0, Q4_1, Q5_0, Q5_1 and
 // Q8_0, plus the type table and the by-type entry points for all formats (MXFP4's own
-// functions are in quant_mxfp4.cpp).
+// functions are in quant_mxfp4.cpp, the i-quants' in quant_iq_dequant.cpp).
 //
 // The quantizers reproduce ggml's *_ref functions bit for bit, so their quirks are kept on
 // purpose: the scale is computed in float and only *stored* as fp16 (quants come from the
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/quant.h"
+#include "kernels/quant_iq.h"
 #include "kiln/error.h"
 
 namespace kiln::kernels::ref {
@@ -220,6 +221,18 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), true, true},
     {TensorType::Q8_K, "Q8_K", 256, sizeof(block_q8_K), true, true},
     {TensorType::MXFP4, "MXFP4", 32, sizeof(block_mxfp4), true, true},
+    // i-quants and ternary types: dequantization only (quant_iq_dequant.cpp).
+    {TensorType::IQ2_XXS, "IQ2_XXS", 256, sizeof(block_iq2_xxs), false, true},
+    {TensorType::IQ2_XS, "IQ2_XS", 256, sizeof(block_iq2_xs), false, true},
+    {TensorType::IQ2_S, "IQ2_S", 256, sizeof(block_iq2_s), false, true},
+    {TensorType::IQ3_XXS, "IQ3_XXS", 256, sizeof(block_iq3_xxs), false, true},
+    {TensorType::IQ3_S, "IQ3_S", 256, sizeof(block_iq3_s), false, true},
+    {TensorType::IQ1_S, "IQ1_S", 256, sizeof(block_iq1_s), false, true},
+    {TensorType::IQ1_M, "IQ1_M", 256, sizeof(block_iq1_m), false, true},
+    {TensorType::IQ4_NL, "IQ4_NL", 32, sizeof(block_iq4_nl), false, true},
+    {TensorType::IQ4_XS, "IQ4_XS", 256, sizeof(block_iq4_xs), false, true},
+    {TensorType::TQ1_0, "TQ1_0", 256, sizeof(block_tq1_0), false, true},
+    {TensorType::TQ2_0, "TQ2_0", 256, sizeof(block_tq2_0), false, true},
 };
 
 // Throws unless `supported` and n is whole blocks of t (t may be null: unknown type).
@@ -257,6 +270,17 @@ void dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
     case TensorType::Q6_K: return dequantize_row_q6_K(static_cast<const block_q6_K*>(src), dst, n);
     case TensorType::Q8_K: return dequantize_row_q8_K(static_cast<const block_q8_K*>(src), dst, n);
     case TensorType::MXFP4: return dequantize_row_mxfp4(static_cast<const block_mxfp4*>(src), dst, n);
+    case TensorType::IQ2_XXS: return dequantize_row_iq2_xxs(static_cast<const block_iq2_xxs*>(src), dst, n);
+    case TensorType::IQ2_XS: return dequantize_row_iq2_xs(static_cast<const block_iq2_xs*>(src), dst, n);
+    case TensorType::IQ2_S: return dequantize_row_iq2_s(static_cast<const block_iq2_s*>(src), dst, n);
+    case TensorType::IQ3_XXS: return dequantize_row_iq3_xxs(static_cast<const block_iq3_xxs*>(src), dst, n);
+    case TensorType::IQ3_S: return dequantize_row_iq3_s(static_cast<const block_iq3_s*>(src), dst, n);
+    case TensorType::IQ1_S: return dequantize_row_iq1_s(static_cast<const block_iq1_s*>(src), dst, n);
+    case TensorType::IQ1_M: return dequantize_row_iq1_m(static_cast<const block_iq1_m*>(src), dst, n);
+    case TensorType::IQ4_NL: return dequantize_row_iq4_nl(static_cast<const block_iq4_nl*>(src), dst, n);
+    case TensorType::IQ4_XS: return dequantize_row_iq4_xs(static_cast<const block_iq4_xs*>(src), dst, n);
+    case TensorType::TQ1_0: return dequantize_row_tq1_0(static_cast<const block_tq1_0*>(src), dst, n);
+    case TensorType::TQ2_0: return dequantize_row_tq2_0(static_cast<const block_tq2_0*>(src), dst, n);
     default: break;
   }
   throw Error("dequantize_row: traits and switch disagree");  // unreachable

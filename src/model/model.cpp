@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "families/architecture.h"
 #include "model/llama2c_checkpoint.h"
 #include "util/hash64.h"
@@ -24,6 +25,14 @@ std::string dims_string(const std::vector<uint64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
+}
+
+// The matrix types the kernel table multiplies, for the error that refuses the others.
+std::string supported_weight_types() {
+  std::string list = "F32, F16, BF16";
+  for (auto* q = kernels::ref::quant_traits_begin(); q != kernels::ref::quant_traits_end(); ++q)
+    if (kernels::ops().gemm_supports(q->type)) list += std::string(", ") + q->name;
+  return list;
 }
 
 uint64_t float_bits(double v) {
@@ -60,8 +69,7 @@ WeightView Model::weight(const std::string& name, std::vector<uint64_t> expect_d
     throw Error(file_->path() + ": tensor '" + name + "' is " + type_name(t->type) + "; norm weights must be F32");
   if (t->dims.size() >= 2 && !kernels::ops().gemm_supports(t->type))
     throw Error(file_->path() + ": tensor '" + name + "' has type " + type_name(t->type) +
-                ", which kiln cannot compute yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4)");
+                ", which kiln cannot compute yet (supported: " + supported_weight_types() + ")");
   WeightView w;
   w.info = t;
   w.type = t->type;

@@ -14,6 +14,9 @@ const ModelShape kShapes[] = {
     // For tests: GQA 4:2, head size 18 and FFN 140 so that no SIMD width divides the
     // row lengths and every kernel's tail path runs.
     {"tiny", 72, 2, 4, 2, 140, 256, 10000.0f, 1e-5f},
+    // For the i-quant tests: every matrix row a whole 256-value super-block (dim and FFN
+    // multiples of 256), so llama-quantize's i-quant presets need no fallback type.
+    {"iquant-tiny", 256, 2, 4, 2, 768, 256, 10000.0f, 1e-5f},
     // MPT-7B (ALiBi, fused QKV, LayerNorm and GELU MLP without biases, tied output).
     {"mpt-7b", 4096, 32, 32, 32, 16384, 2048, 10000.0f, 1e-5f, "mpt", 8.0f, 0.0f, false, false},
     // For tests: an MPT with every optional bias and clamp_kqv (kiln-gen --qk-norm adds
