@@ -1,0 +1,265 @@
+#pragma once
+// Internal to kernels/x86/avx512/gemm_iquant.cpp (AVX-512 flags; include inside an
+// anonymous namespace only): one 256-element block of an i-quant or ternary type (file
+// layout, kernels/quant_iq.h) -> its elements as signed integers q (|q| <= 62) in four
+// vectors of 64 in element order, and per sub-block of 16 a float scale so that the
+// weight is scale * q. Codebook rows are fetched by vpgather (8 qwords or 16 dwords per
+// instruction), sign bits become byte masks, and no element is handled alone.
+//
+// The integer forms (exact; ggml's float forms in kernels/scalar/quant_iq_dequant.cpp):
+//   IQ2_XXS/XS/S: q = +-grid byte (8, 25, 43),  scale = d * (0.5 + ls) * 0.25
+//   IQ3_XXS:      q = +-grid byte (4..62),      scale = d * (0.5 + ls) * 0.5
+//   IQ3_S:        q = +-grid byte,              scale = d * (1 + 2 s)
+//   IQ1_S/M:      q = 8 grid +- 1 (grid -1, 0, 1; delta +-1/8), scale = d * (2 s + 1) / 8
+//   TQ1_0/TQ2_0:  q = trit - 1,                 scale = d
+// The scales round differently from ggml's products in the last bit, which the gemm's
+// error bound (8-bit activations) dwarfs.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quant_iq.h"
+
+namespace kiln::kernels::avx512 {
+namespace {
+
+struct IqBlock {
+  __m512i q[4];
+  __m512 scale;  // lane s: sub-block s (elements 16s..16s+15)
+};
+
+inline float iq_fp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Bytes 8n..8n+7 of v as eight qword indices.
+inline __m512i iq_index8(__m256i v, int n) {
+  const __m128i half = n < 2 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+  return _mm512_cvtepu8_epi64(n % 2 ? _mm_srli_si128(half, 8) : half);
+}
+// Words 8n..8n+7 of v (32 words) as eight qword indices.
+inline __m512i iq_word_index8(__m512i v, int n) {
+  return _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(v, n));
+}
+
+// Sign bytes of 7 bits completed by their parity (bit 7: the quantizer keeps the count of
+// negatives even): a nibble-parity lookup of each half.
+inline __m256i iq_add_parity(__m256i s) {
+  const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,  //
+                                          0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_shuffle_epi8(parity, _mm256_and_si256(s, low4));
+  const __m256i hi = _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_srli_epi16(s, 4), low4));
+  return _mm256_or_si256(s, _mm256_xor_si256(lo, hi));
+}
+// Eight dwords holding four 7-bit sign fields each (bits 7l..7l+6) -> 32 sign bytes, byte
+// 4g + l of dword g's field l.
+inline __m256i iq_signs_of_fields(__m256i a) {
+  const __m256i m7 = _mm256_set1_epi32(127);
+  __m256i s = _mm256_and_si256(a, m7);
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 7), m7), 8));
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 14), m7), 16));
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_srli_epi32(a, 21), 24));  // bits 28.. go too
+  return iq_add_parity(_mm256_and_si256(s, _mm256_set1_epi32(0x7f7f7f7f)));
+}
+// Negates element e of g where bit e of the 256-bit sign string is set.
+inline void iq_apply_signs(__m512i g[4], __m256i signs) {
+  alignas(32) uint64_t m[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(m), signs);
+  for (int n = 0; n < 4; ++n) g[n] = _mm512_mask_sub_epi8(g[n], (__mmask64)m[n], _mm512_setzero_si512(), g[n]);
+}
+// Eight per-32 scales -> 16 per-16 lanes.
+inline __m512 iq_spread8(__m256 v) {
+  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), _mm512_castps256_ps512(v));
+}
+// d * (0.5 + ls) * f, as ggml associates it.
+inline __m256 iq_half_scales(float d, __m256i ls, float f) {
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(ls))),
+                       _mm256_set1_ps(f));
+}
+// 8 bytes of nibble pairs -> 16 dwords: lane s the nibble s % 2 of byte s / 2.
+inline __m512i iq_nibbles16(const uint8_t* p) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m512i dup = _mm512_permutexvar_epi32(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), b);
+  return _mm512_and_si512(_mm512_srlv_epi32(dup, _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)),
+                          _mm512_set1_epi32(15));
+}
+
+// IQ2_XXS: qword g of qs = four grid indices | signs and scale.
+inline void iq_decode_iq2_xxs(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const __m512i qs = _mm512_loadu_si512(blk + 2);
+  const __m256i idx = _mm512_cvtepi64_epi32(qs), aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64(qs, 32));
+  const auto* grid = reinterpret_cast<const long long*>(kIq2xxsGrid);
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_index8(idx, n), grid, 8);
+  iq_apply_signs(out.q, iq_signs_of_fields(aux));
+  out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f));
+}
+
+// IQ2_XS: 32 words = 9-bit index | 7 sign bits; nibble scales per 16.
+inline void iq_decode_iq2_xs(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const __m512i qs = _mm512_loadu_si512(blk + 2);
+  const __m512i idx = _mm512_and_si512(qs, _mm512_set1_epi16(511));
+  const auto* grid = reinterpret_cast<const long long*>(kIq2xsGrid);
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  iq_apply_signs(out.q, iq_add_parity(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
+  const __m512i ls = iq_nibbles16(blk + 66);
+  out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
+                            _mm512_set1_ps(0.25f));
+}
+
+// IQ2_S: index byte k | bits 2(k%4).. of qh[k/4] as bits 8..9; explicit sign bytes.
+inline void iq_decode_iq2_s(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  const __m512i qh = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))));
+  const __m512i qh4 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2), qh);
+  const __m512i shift = _mm512_set_epi16(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+  const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(3)), 8);
+  const __m512i idx = _mm512_or_si512(low, hi);
+  const auto* grid = reinterpret_cast<const long long*>(kIq2sGrid);
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  iq_apply_signs(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)));
+  const __m512i ls = iq_nibbles16(blk + 74);
+  out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
+                            _mm512_set1_ps(0.25f));
+}
+
+// IQ3_XXS: 64 index bytes of 4-element rows, then 8 dwords of sign fields and scales.
+inline void iq_decode_iq3_xxs(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
+  for (int n = 0; n < 4; ++n)
+    out.q[n] = _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n))), grid, 4);
+  const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
+  iq_apply_signs(out.q, iq_signs_of_fields(aux));
+  out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f));
+}
+
+// IQ3_S: index byte k | bit k%8 of qh[k/8] as bit 8; explicit sign bytes; nibble scales per 32.
+inline void iq_decode_iq3_s(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int n = 0; n < 4; ++n) {
+    uint16_t qh;
+    std::memcpy(&qh, blk + 66 + 2 * n, 2);
+    const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(qh), lane), _mm512_set1_epi32(1)), 8);
+    const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n)));
+    out.q[n] = _mm512_i32gather_epi32(_mm512_or_si512(low, hi), grid, 4);
+  }
+  iq_apply_signs(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
+  uint32_t sc4;
+  std::memcpy(&sc4, blk + 106, 4);
+  uint64_t sc8 = 0;  // nibble g -> byte g
+  for (int g = 0; g < 8; ++g) sc8 |= uint64_t((sc4 >> (4 * g)) & 15) << (8 * g);
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+  const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
+  out.scale = iq_spread8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)));
+}
+
+// IQ1: rows of -1/0/1 bytes times 8 (three doublings: no byte crosses into the next),
+// then +1, or -1 in the qwords (groups of 8) whose delta is negative.
+inline void iq1_finish(__m512i q[4], const __mmask8 negative[4]) {
+  const __m512i one = _mm512_set1_epi8(1);
+  for (int n = 0; n < 4; ++n) {
+    __m512i g = _mm512_add_epi8(q[n], q[n]);
+    g = _mm512_add_epi8(g, g);
+    g = _mm512_add_epi8(g, g);
+    q[n] = _mm512_mask_blend_epi64(negative[n], _mm512_add_epi8(g, one), _mm512_sub_epi8(g, one));
+  }
+}
+
+// IQ1_S: index byte k | bits 3(k%4).. of qh[k/4] as bits 8..10; qh[g] bits 12..14 the
+// scale, bit 15 the delta's sign, per group of 32.
+inline void iq_decode_iq1_s(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  const __m128i qh8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 34));
+  const __m512i qh = _mm512_castsi128_si512(qh8);
+  const __m512i qh4 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2), qh);
+  const __m512i shift = _mm512_set_epi16(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
+  const __m512i idx = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(7)), 8));
+  const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  const unsigned neg = _mm_movemask_epi8(qh8) & 0xaaaa;  // bit 2g + 1: group g's bit 15
+  __mmask8 negative[4];
+  for (int n = 0; n < 4; ++n) negative[n] = __mmask8(((neg >> (4 * n + 1)) & 1 ? 0x0f : 0) | ((neg >> (4 * n + 3)) & 1 ? 0xf0 : 0));
+  iq1_finish(out.q, negative);
+  const __m256i s = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(qh8), 12), _mm256_set1_epi32(7));
+  const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
+  out.scale = iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
+}
+
+// IQ1_M: index byte k | nibble k%2 of qh[k/2] (bits 0..2; bit 3 the delta's sign per
+// group of 8); 3-bit scales per 16 and the fp16 d in the four scale words.
+inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
+  uint16_t sc[4];
+  std::memcpy(sc, blk + 48, 8);
+  const uint16_t d_bits = uint16_t((sc[0] >> 12) | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12);
+  const float d = _cvtsh_ss(d_bits);
+  const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  const __m512i qh = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))));
+  const __m512i qh2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1), qh);
+  const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(qh2, _mm512_set_epi16(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)), _mm512_set1_epi16(15));
+  const __m512i idx = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
+  const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  const __mmask32 neg = _mm512_test_epi16_mask(nib, _mm512_set1_epi16(8));
+  __mmask8 negative[4];
+  for (int n = 0; n < 4; ++n) negative[n] = __mmask8(neg >> (8 * n));
+  iq1_finish(out.q, negative);
+  uint64_t all;
+  std::memcpy(&all, sc, 8);
+  alignas(64) int32_t s16[16];  // lane s: word s / 4, bits 3(s % 4)..
+  for (int s = 0; s < 16; ++s) s16[s] = int32_t((all >> (16 * (s / 4) + 3 * (s % 4))) & 7);
+  const __m512i s = _mm512_load_si512(s16);
+  const __m512i odd = _mm512_add_epi32(_mm512_slli_epi32(s, 1), _mm512_set1_epi32(1));
+  out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(odd)), _mm512_set1_ps(0.125f));
+}
+
+// Ternary digit n of bytes held as words: ((uint8)(byte * 3^n) * 3) >> 8, minus 1.
+inline __m512i tq_digit(__m512i bytes16, int pow3) {
+  const __m512i m = _mm512_and_si512(_mm512_mullo_epi16(bytes16, _mm512_set1_epi16(int16_t(pow3))), _mm512_set1_epi16(255));
+  return _mm512_sub_epi16(_mm512_srli_epi16(_mm512_mullo_epi16(m, _mm512_set1_epi16(3)), 8), _mm512_set1_epi16(1));
+}
+
+// TQ1_0: digit t of qs[m] (m < 32) is element 32t + m, of qs[32 + m] (m < 16) element
+// 160 + 16t + m, of qh[m] element 240 + 4t + m.
+inline void iq_decode_tq1_0(const uint8_t* blk, IqBlock& out) {
+  static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+  alignas(64) int8_t q[256];
+  const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  __m512i b = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))));
+  uint32_t qh;
+  std::memcpy(&qh, blk + 48, 4);
+  b = _mm512_inserti64x2(b, _mm_cvtepu8_epi16(_mm_cvtsi32_si128(int(qh))), 2);  // words 16..19: qh
+  for (int t = 0; t < 5; ++t) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * t), _mm512_cvtepi16_epi8(tq_digit(a, kPow3[t])));
+    alignas(32) int8_t d8[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d8), _mm512_cvtepi16_epi8(tq_digit(b, kPow3[t])));
+    std::memcpy(q + 160 + 16 * t, d8, 16);
+    if (t < 4) std::memcpy(q + 240 + 4 * t, d8 + 16, 4);
+  }
+  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_load_si512(q + 64 * n);
+  out.scale = _mm512_set1_ps(iq_fp16(blk + 52));
+}
+
+// TQ2_0: element 128h + 32l + m is bits 2l.. of qs[32h + m].
+inline void iq_decode_tq2_0(const uint8_t* blk, IqBlock& out) {
+  const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * h));
+    const __m512i bb = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 2), 1);
+    out.q[2 * h] = _mm512_sub_epi8(_mm512_and_si512(bb, three), one);
+    out.q[2 * h + 1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(bb, 4), three), one);
+  }
+  out.scale = _mm512_set1_ps(iq_fp16(blk + 64));
+}
+
+}  // namespace
+}  // namespace kiln::kernels::avx512
