@@ -1,0 +1,228 @@
+#pragma once
+// Internal to kernels/x86/iquant_gemm_avx2.h (AVX2 flags): one 256-element block of an
+// i-quant or ternary type (file layout, kernels/quant_iq.h) -> its elements as signed
+// integers q in eight 32-byte vectors in element order (vector v: elements 32v..32v+31),
+// and the float scales of each 32's first and second 16 elements (lane v of scale[0] and
+// scale[1]). The integer forms and scales are those of kernels/x86/iquant_decode_avx512.h;
+// codebook rows come by vpgather (4 qwords or 8 dwords at a time).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quant_iq.h"
+
+namespace kiln::kernels::avx2 {
+namespace {
+
+struct IqBlock2 {
+  __m256i q[8];
+  __m256 scale[2];
+};
+
+inline float iq2_fp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+inline uint32_t iq2_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline __m128i iq2_bytes4(const uint8_t* p) { return _mm_cvtepu8_epi32(_mm_cvtsi32_si128(int(iq2_u32(p)))); }
+
+// 0xff in byte i where bit i of `bits` is set.
+inline __m256i iq2_mask(uint32_t bits) {
+  const __m256i which = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), which), bit), bit);
+}
+// Negates the elements whose bit is set in the 256-bit sign string (32 bytes at s).
+inline void iq2_apply_signs(__m256i q[8], const uint8_t* s) {
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int v = 0; v < 8; ++v) q[v] = _mm256_sign_epi8(q[v], _mm256_or_si256(iq2_mask(iq2_u32(s + 4 * v)), one));
+}
+inline __m256i iq2_add_parity(__m256i s) {
+  const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,  //
+                                          0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_shuffle_epi8(parity, _mm256_and_si256(s, low4));
+  const __m256i hi = _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_srli_epi16(s, 4), low4));
+  return _mm256_or_si256(s, _mm256_xor_si256(lo, hi));
+}
+// Eight dwords of four 7-bit sign fields (bits 7l..) -> 32 sign bytes (byte 4g + l).
+inline __m256i iq2_signs_of_fields(__m256i a) {
+  const __m256i m7 = _mm256_set1_epi32(127);
+  __m256i s = _mm256_and_si256(a, m7);
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 7), m7), 8));
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 14), m7), 16));
+  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 21), m7), 24));
+  return iq2_add_parity(s);
+}
+inline void iq2_apply_sign_bytes(__m256i q[8], __m256i signs) {
+  alignas(32) uint8_t s[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s), signs);
+  iq2_apply_signs(q, s);
+}
+inline __m256 iq2_half_scales(float d, __m256i ls, float f) {
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(ls))),
+                       _mm256_set1_ps(f));
+}
+// IQ2_XS / IQ2_S scales: byte g's low nibble for the first 16 of group g, high for the rest.
+inline void iq2_nibble_scales(float d, const uint8_t* sc, __m256 scale[2]) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+  scale[0] = iq2_half_scales(d, _mm256_and_si256(b, _mm256_set1_epi32(15)), 0.25f);
+  scale[1] = iq2_half_scales(d, _mm256_srli_epi32(b, 4), 0.25f);
+}
+
+inline void iq_decode2_iq2_xxs(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const __m256 q0 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  const __m256 q1 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)));
+  const __m256i aux = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0xdd)), 0xd8);
+  const auto* grid = reinterpret_cast<const long long*>(kIq2xxsGrid);
+  for (int v = 0; v < 8; ++v) out.q[v] = _mm256_i32gather_epi64(grid, iq2_bytes4(blk + 2 + 8 * v), 8);
+  iq2_apply_sign_bytes(out.q, iq2_signs_of_fields(aux));
+  out.scale[0] = out.scale[1] = iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f);
+}
+
+inline void iq_decode2_iq2_xs(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const auto* grid = reinterpret_cast<const long long*>(kIq2xsGrid);
+  const __m128i m9 = _mm_set1_epi32(511);
+  for (int v = 0; v < 8; ++v) {
+    const __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
+    out.q[v] = _mm256_i32gather_epi64(grid, _mm_and_si128(w, m9), 8);
+  }
+  const __m256i a = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), 9);
+  const __m256i b = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)), 9);
+  iq2_apply_sign_bytes(out.q, iq2_add_parity(_mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xd8)));
+  iq2_nibble_scales(d, blk + 66, out.scale);
+}
+
+inline void iq_decode2_iq2_s(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const auto* grid = reinterpret_cast<const long long*>(kIq2sGrid);
+  const __m128i shift = _mm_setr_epi32(0, 2, 4, 6), three = _mm_set1_epi32(3);
+  for (int v = 0; v < 8; ++v) {
+    const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(blk[66 + v]), shift), three), 8);
+    out.q[v] = _mm256_i32gather_epi64(grid, _mm_or_si128(iq2_bytes4(blk + 2 + 4 * v), hi), 8);
+  }
+  iq2_apply_signs(out.q, blk + 34);
+  iq2_nibble_scales(d, blk + 74, out.scale);
+}
+
+inline void iq_decode2_iq3_xxs(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
+  for (int v = 0; v < 8; ++v)
+    out.q[v] = _mm256_i32gather_epi32(grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v))), 4);
+  const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
+  iq2_apply_sign_bytes(out.q, iq2_signs_of_fields(aux));
+  out.scale[0] = out.scale[1] = iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f);
+}
+
+inline void iq_decode2_iq3_s(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+  for (int v = 0; v < 8; ++v) {
+    const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(blk[66 + v]), lane), one), 8);
+    const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
+    out.q[v] = _mm256_i32gather_epi32(grid, _mm256_or_si256(low, hi), 4);
+  }
+  iq2_apply_signs(out.q, blk + 74);
+  const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))),
+                                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                     _mm256_set1_epi32(15));
+  out.scale[0] = out.scale[1] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one)));
+}
+
+// IQ1 rows of -1/0/1 bytes times 8, plus the delta's +-1 (delta: 4 qword values).
+inline __m256i iq2_eight_plus(__m256i g, __m256i delta) {
+  g = _mm256_add_epi8(g, g);
+  g = _mm256_add_epi8(g, g);
+  return _mm256_add_epi8(_mm256_add_epi8(g, g), delta);
+}
+constexpr long long kPlusOnes = 0x0101010101010101ll, kMinusOnes = -1ll;
+
+inline void iq_decode2_iq1_s(const uint8_t* blk, IqBlock2& out) {
+  const float d = iq2_fp16(blk);
+  const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
+  const __m128i shift = _mm_setr_epi32(0, 3, 6, 9), seven = _mm_set1_epi32(7);
+  alignas(32) int32_t s[8];
+  for (int v = 0; v < 8; ++v) {
+    uint16_t qh;
+    std::memcpy(&qh, blk + 34 + 2 * v, 2);
+    const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(qh), shift), seven), 8);
+    const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(iq2_bytes4(blk + 2 + 4 * v), hi), 8);
+    out.q[v] = iq2_eight_plus(g, _mm256_set1_epi64x(qh & 0x8000 ? kMinusOnes : kPlusOnes));
+    s[v] = 2 * ((qh >> 12) & 7) + 1;
+  }
+  out.scale[0] = out.scale[1] =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)))),
+                    _mm256_set1_ps(0.125f));
+}
+
+inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
+  uint16_t sc[4];
+  std::memcpy(sc, blk + 48, 8);
+  const float d = _cvtsh_ss(uint16_t((sc[0] >> 12) | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12));
+  const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
+  alignas(32) int32_t s[2][8];
+  for (int v = 0; v < 8; ++v) {
+    const uint8_t h0 = blk[32 + 2 * v], h1 = blk[33 + 2 * v];
+    const int nib[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
+    const __m128i hi = _mm_setr_epi32((nib[0] & 7) << 8, (nib[1] & 7) << 8, (nib[2] & 7) << 8, (nib[3] & 7) << 8);
+    const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(iq2_bytes4(blk + 4 * v), hi), 8);
+    const __m256i delta = _mm256_setr_epi64x(nib[0] & 8 ? kMinusOnes : kPlusOnes, nib[1] & 8 ? kMinusOnes : kPlusOnes,
+                                             nib[2] & 8 ? kMinusOnes : kPlusOnes, nib[3] & 8 ? kMinusOnes : kPlusOnes);
+    out.q[v] = iq2_eight_plus(g, delta);
+    for (int h = 0; h < 2; ++h) s[h][v] = 2 * ((sc[v / 2] >> (6 * (v % 2) + 3 * h)) & 7) + 1;
+  }
+  for (int h = 0; h < 2; ++h)
+    out.scale[h] = _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s[h])))),
+        _mm256_set1_ps(0.125f));
+}
+
+// Ternary digit n of 16 bytes: ((uint8)(byte * 3^n) * 3) >> 8, minus 1, as 16 bytes.
+inline __m128i iq2_trits(__m128i bytes, int pow3) {
+  const __m256i w = _mm256_cvtepu8_epi16(bytes);
+  const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(w, _mm256_set1_epi16(int16_t(pow3))), _mm256_set1_epi16(255));
+  const __m256i t = _mm256_sub_epi16(_mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8), _mm256_set1_epi16(1));
+  return _mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+inline void iq_decode2_tq1_0(const uint8_t* blk, IqBlock2& out) {
+  static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+  alignas(32) int8_t q[256];
+  const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+  const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32));
+  const __m128i h = _mm_cvtsi32_si128(int(iq2_u32(blk + 48)));
+  for (int t = 0; t < 5; ++t) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * t), iq2_trits(a0, kPow3[t]));
+    _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * t + 16), iq2_trits(a1, kPow3[t]));
+    _mm_store_si128(reinterpret_cast<__m128i*>(q + 160 + 16 * t), iq2_trits(b, kPow3[t]));
+    if (t < 4) {
+      const uint32_t four = uint32_t(_mm_cvtsi128_si32(iq2_trits(h, kPow3[t])));
+      std::memcpy(q + 240 + 4 * t, &four, 4);
+    }
+  }
+  for (int v = 0; v < 8; ++v) out.q[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * v));
+  out.scale[0] = out.scale[1] = _mm256_set1_ps(iq2_fp16(blk + 52));
+}
+
+inline void iq_decode2_tq2_0(const uint8_t* blk, IqBlock2& out) {
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int v = 0; v < 8; ++v) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 4)));
+    out.q[v] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(b, 2 * (v % 4)), three), one);
+  }
+  out.scale[0] = out.scale[1] = _mm256_set1_ps(iq2_fp16(blk + 64));
+}
+
+}  // namespace
+}  // namespace kiln::kernels::avx2
