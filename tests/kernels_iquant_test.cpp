@@ -45,9 +45,15 @@ void set_scale(TensorType t, uint8_t* blk, uint16_t h) {
         *hi = uint8_t((*hi & 0x0f) | ((h >> (4 * w)) & 15) << 4);
       }
       break;
-    case TensorType::TQ1_0: std::memcpy(blk + offsetof(block_tq1_0, d), &h, 2); break;
-    case TensorType::TQ2_0: std::memcpy(blk + offsetof(block_tq2_0, d), &h, 2); break;
-    default: std::memcpy(blk, &h, 2); break;  // d leads every other block
+    case TensorType::TQ1_0:
+      std::memcpy(blk + offsetof(block_tq1_0, d), &h, 2);
+      break;
+    case TensorType::TQ2_0:
+      std::memcpy(blk + offsetof(block_tq2_0, d), &h, 2);
+      break;
+    default:
+      std::memcpy(blk, &h, 2);
+      break;  // d leads every other block
   }
 }
 
@@ -92,12 +98,13 @@ struct Weights {
   size_t row_bytes = 0;
   bool packed = false;
 };
-Weights prepare_weights(const Ops& o, TensorType t, const std::vector<uint8_t>& file, size_t rows, size_t k) {
+Weights prepare_weights(const Ops& o, TensorType t, const std::vector<uint8_t>& file, size_t rows, size_t k,
+                        bool pack = true) {
   const auto& q = *ref::quant_traits(t);
   Weights w;
   w.row_bytes = k / q.block_size * q.block_bytes;
   const size_t packed_size = o.packed_bytes(t, rows, k);
-  if (!packed_size) {
+  if (!packed_size || !pack) {
     w.p = file.data();
     return w;
   }
@@ -121,63 +128,67 @@ TEST(IquantGemm, MatchesFloat64AndIsDeterministic) {
     const Ops& o = *ops_for(isa);
     for (TensorType t : kTypes) {
       ASSERT_TRUE(o.gemm_supports(t)) << isa_name(isa) << " " << type_name(t);
-      const std::vector<size_t> ks = t == TensorType::IQ4_NL ? std::vector<size_t>{32, 96, 2816}
-                                                               : std::vector<size_t>{256, 512, 2816};
-      for (size_t k : ks) {
-        for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
-          SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " k=" + std::to_string(k) +
-                       " rows=" + std::to_string(rows));
-          const std::vector<uint8_t> file = random_blocks(t, rows, k, rng);
-          const Weights wt = prepare_weights(o, t, file, rows, k);
-          std::vector<float> w(rows * k);
-          for (size_t r = 0; r < rows; ++r) ref::dequantize_row(t, &file[r * wt.row_bytes], &w[r * k], k);
-          for (float v : w) ASSERT_TRUE(std::isfinite(v) && std::fabs(v) < 16.0f) << v;
+      const std::vector<size_t> ks =
+          t == TensorType::IQ4_NL ? std::vector<size_t>{32, 96, 2816} : std::vector<size_t>{256, 512, 2816};
+      // Types a table packs run packed and, as a MoE's experts do, in the file's layout.
+      for (bool pack : {true, false}) {
+        if (!pack && !o.packed_bytes(t, 16, ks.back())) continue;
+        for (size_t k : ks) {
+          for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+            SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " k=" + std::to_string(k) +
+                         " rows=" + std::to_string(rows) + (pack ? " packed" : " file layout"));
+            const std::vector<uint8_t> file = random_blocks(t, rows, k, rng);
+            const Weights wt = prepare_weights(o, t, file, rows, k, pack);
+            std::vector<float> w(rows * k);
+            for (size_t r = 0; r < rows; ++r) ref::dequantize_row(t, &file[r * wt.row_bytes], &w[r * k], k);
+            for (float v : w) ASSERT_TRUE(std::isfinite(v) && std::fabs(v) < 16.0f) << v;
 
-          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-          std::vector<float> x(n_batch * k);
-          for (auto& v : x) v = dist(rng);
-          x[2 * k + 5] = 40.0f;  // an outlier (row 2): its block's other values get coarse steps
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            std::vector<float> x(n_batch * k);
+            for (auto& v : x) v = dist(rng);
+            x[2 * k + 5] = 40.0f;  // an outlier (row 2): its block's other values get coarse steps
 
-          GemmArgs a{t, wt.p, wt.row_bytes, x.data(), k, nullptr, rows, k, n_batch, 0, rows, wt.packed, nullptr};
-          std::vector<float> y(n_batch * rows, NAN);
-          a.y = y.data();
-          o.gemm(a);
-          for (size_t b = 0; b < n_batch; ++b)
-            for (size_t r = 0; r < rows; ++r) {
-              const Expected e = expected(&w[r * k], &x[b * k], k, act_block_of(t));
-              ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
-              if (b != 2) {  // a bound that allowed anything would prove nothing
-                ASSERT_LT(e.bound, 0.1 * e.magnitude) << "b=" << b << " r=" << r;
+            GemmArgs a{t, wt.p, wt.row_bytes, x.data(), k, nullptr, rows, k, n_batch, 0, rows, wt.packed, nullptr};
+            std::vector<float> y(n_batch * rows, NAN);
+            a.y = y.data();
+            o.gemm(a);
+            for (size_t b = 0; b < n_batch; ++b)
+              for (size_t r = 0; r < rows; ++r) {
+                const Expected e = expected(&w[r * k], &x[b * k], k, act_block_of(t));
+                ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
+                if (b != 2) {  // a bound that allowed anything would prove nothing
+                  ASSERT_LT(e.bound, 0.1 * e.magnitude) << "b=" << b << " r=" << r;
+                }
               }
-            }
 
-          // Odd row splits (and prepared activations where the table prepares them).
-          std::vector<uint8_t> prepared(o.prepared_bytes(t, k, n_batch) + 64);
-          void* xp = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
-          GemmArgs split = a;
-          std::vector<float> y2(n_batch * rows, NAN);
-          split.y = y2.data();
-          if (wt.packed && o.prepared_bytes(t, k, n_batch)) {
-            o.prepare(t, x.data(), k, k, 0, 6, xp);
-            o.prepare(t, x.data(), k, k, 6, n_batch, xp);
-            split.x_prepared = xp;
-          }
-          for (size_t r0 = 0; r0 < rows; r0 += 7) {
-            split.r0 = r0;
-            split.r1 = std::min(rows, r0 + 7);
-            o.gemm(split);
-          }
-          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(y2[i]), bits_of(y[i])) << i;
-          // Smaller batches, a single row (decode) among them: the same bits.
-          for (size_t nb : batches) {
-            GemmArgs small = a;
-            std::vector<float> ys(nb * rows, NAN);
-            small.x = &x[(n_batch - nb) * k];
-            small.y = ys.data();
-            small.n_batch = nb;
-            o.gemm(small);
-            for (size_t i = 0; i < ys.size(); ++i)
-              ASSERT_EQ(bits_of(ys[i]), bits_of(y[(n_batch - nb) * rows + i])) << "n_batch=" << nb << " i=" << i;
+            // Odd row splits (and prepared activations where the table prepares them).
+            std::vector<uint8_t> prepared(o.prepared_bytes(t, k, n_batch) + 64);
+            void* xp = prepared.data() + (64 - reinterpret_cast<uintptr_t>(prepared.data()) % 64) % 64;
+            GemmArgs split = a;
+            std::vector<float> y2(n_batch * rows, NAN);
+            split.y = y2.data();
+            if (wt.packed && o.prepared_bytes(t, k, n_batch)) {
+              o.prepare(t, x.data(), k, k, 0, 6, xp);
+              o.prepare(t, x.data(), k, k, 6, n_batch, xp);
+              split.x_prepared = xp;
+            }
+            for (size_t r0 = 0; r0 < rows; r0 += 7) {
+              split.r0 = r0;
+              split.r1 = std::min(rows, r0 + 7);
+              o.gemm(split);
+            }
+            for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(y2[i]), bits_of(y[i])) << i;
+            // Smaller batches, a single row (decode) among them: the same bits.
+            for (size_t nb : batches) {
+              GemmArgs small = a;
+              std::vector<float> ys(nb * rows, NAN);
+              small.x = &x[(n_batch - nb) * k];
+              small.y = ys.data();
+              small.n_batch = nb;
+              o.gemm(small);
+              for (size_t i = 0; i < ys.size(); ++i)
+                ASSERT_EQ(bits_of(ys[i]), bits_of(y[(n_batch - nb) * rows + i])) << "n_batch=" << nb << " i=" << i;
+            }
           }
         }
       }
@@ -200,13 +211,17 @@ TEST(IquantGemm, SimdTablesUseTheirOwnKernels) {
     const Ops& o = *ops_for(isa);
     for (TensorType t : kTypes) {
       const std::vector<uint8_t> file = random_blocks(t, rows, k, rng);
-      const Weights wt = prepare_weights(o, t, file, rows, k);
-      std::vector<float> y(n_batch * rows), ref_y(n_batch * rows);
-      o.gemm({t, wt.p, wt.row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, wt.packed, nullptr});
-      scalar.gemm({t, file.data(), wt.row_bytes, x.data(), k, ref_y.data(), rows, k, n_batch, 0, rows});
-      size_t differ = 0;
-      for (size_t i = 0; i < y.size(); ++i) differ += bits_of(y[i]) != bits_of(ref_y[i]);
-      EXPECT_GT(differ, y.size() / 2) << isa_name(isa) << " " << type_name(t);
+      // IQ4_XS left in the file's layout (a MoE's experts) has kernels of its own on AVX-512.
+      for (bool pack : {true, false}) {
+        if (!pack && !(isa == Isa::avx512 && t == TensorType::IQ4_XS)) continue;
+        const Weights wt = prepare_weights(o, t, file, rows, k, pack);
+        std::vector<float> y(n_batch * rows), ref_y(n_batch * rows);
+        o.gemm({t, wt.p, wt.row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, wt.packed, nullptr});
+        scalar.gemm({t, file.data(), wt.row_bytes, x.data(), k, ref_y.data(), rows, k, n_batch, 0, rows});
+        size_t differ = 0;
+        for (size_t i = 0; i < y.size(); ++i) differ += bits_of(y[i]) != bits_of(ref_y[i]);
+        EXPECT_GT(differ, y.size() / 2) << isa_name(isa) << " " << type_name(t) << (pack ? "" : " file layout");
+      }
     }
   }
 }
@@ -231,16 +246,18 @@ TEST(IquantGemm, ExtremeValuesDoNotSaturate) {
           std::memset(&file[at], fill, q.block_bytes);
           set_scale(t, &file[at], fp16_bits(0.001f));
         }
-        const Weights wt = prepare_weights(o, t, file, rows, k);
         std::vector<float> w(rows * k);
-        for (size_t r = 0; r < rows; ++r) ref::dequantize_row(t, &file[r * wt.row_bytes], &w[r * k], k);
-        std::vector<float> y(n_batch * rows, NAN);
-        o.gemm({t, wt.p, wt.row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, wt.packed, nullptr});
-        for (size_t b = 0; b < n_batch; ++b)
-          for (size_t r = 0; r < rows; ++r) {
-            const Expected e = expected(&w[r * k], &x[b * k], k, act_block_of(t));
-            ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
-          }
+        for (bool pack : {true, false}) {
+          const Weights wt = prepare_weights(o, t, file, rows, k, pack);
+          for (size_t r = 0; r < rows; ++r) ref::dequantize_row(t, &file[r * wt.row_bytes], &w[r * k], k);
+          std::vector<float> y(n_batch * rows, NAN);
+          o.gemm({t, wt.p, wt.row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, wt.packed, nullptr});
+          for (size_t b = 0; b < n_batch; ++b)
+            for (size_t r = 0; r < rows; ++r) {
+              const Expected e = expected(&w[r * k], &x[b * k], k, act_block_of(t));
+              ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r << (pack ? "" : " file layout");
+            }
+        }
       }
   }
 }

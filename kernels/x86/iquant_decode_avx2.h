@@ -117,7 +117,8 @@ inline void iq_decode2_iq3_xxs(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
   for (int v = 0; v < 8; ++v)
-    out.q[v] = _mm256_i32gather_epi32(grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v))), 4);
+    out.q[v] = _mm256_i32gather_epi32(
+        grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v))), 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
   iq2_apply_sign_bytes(out.q, iq2_signs_of_fields(aux));
   out.scale[0] = out.scale[1] = iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f);
@@ -128,15 +129,17 @@ inline void iq_decode2_iq3_s(const uint8_t* blk, IqBlock2& out) {
   const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
   for (int v = 0; v < 8; ++v) {
-    const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(blk[66 + v]), lane), one), 8);
+    const __m256i hi =
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(blk[66 + v]), lane), one), 8);
     const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
     out.q[v] = _mm256_i32gather_epi32(grid, _mm256_or_si256(low, hi), 4);
   }
   iq2_apply_signs(out.q, blk + 74);
-  const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))),
-                                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                     _mm256_set1_epi32(15));
-  out.scale[0] = out.scale[1] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one)));
+  const __m256i s = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
+  out.scale[0] = out.scale[1] =
+      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one)));
 }
 
 // IQ1 rows of -1/0/1 bytes times 8, plus the delta's +-1 (delta: 4 qword values).
@@ -160,9 +163,9 @@ inline void iq_decode2_iq1_s(const uint8_t* blk, IqBlock2& out) {
     out.q[v] = iq2_eight_plus(g, _mm256_set1_epi64x(qh & 0x8000 ? kMinusOnes : kPlusOnes));
     s[v] = 2 * ((qh >> 12) & 7) + 1;
   }
-  out.scale[0] = out.scale[1] =
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)))),
-                    _mm256_set1_ps(0.125f));
+  out.scale[0] = out.scale[1] = _mm256_mul_ps(
+      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)))),
+      _mm256_set1_ps(0.125f));
 }
 
 inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
@@ -191,7 +194,8 @@ inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
 inline __m128i iq2_trits(__m128i bytes, int pow3) {
   const __m256i w = _mm256_cvtepu8_epi16(bytes);
   const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(w, _mm256_set1_epi16(int16_t(pow3))), _mm256_set1_epi16(255));
-  const __m256i t = _mm256_sub_epi16(_mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8), _mm256_set1_epi16(1));
+  const __m256i t =
+      _mm256_sub_epi16(_mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8), _mm256_set1_epi16(1));
   return _mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
 

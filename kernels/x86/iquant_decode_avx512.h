@@ -41,9 +41,7 @@ inline __m512i iq_index8(__m256i v, int n) {
   return _mm512_cvtepu8_epi64(n % 2 ? _mm_srli_si128(half, 8) : half);
 }
 // Words 8n..8n+7 of v (32 words) as eight qword indices.
-inline __m512i iq_word_index8(__m512i v, int n) {
-  return _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(v, n));
-}
+inline __m512i iq_word_index8(__m512i v, int n) { return _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(v, n)); }
 
 // Sign bytes of 7 bits completed by their parity (bit 7: the quantizer keeps the count of
 // negatives even): a nibble-parity lookup of each half.
@@ -73,7 +71,8 @@ inline void iq_apply_signs(__m512i g[4], __m256i signs) {
 }
 // Eight per-32 scales -> 16 per-16 lanes.
 inline __m512 iq_spread8(__m256 v) {
-  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), _mm512_castps256_ps512(v));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+                               _mm512_castps256_ps512(v));
 }
 // d * (0.5 + ls) * f, as ggml associates it.
 inline __m256 iq_half_scales(float d, __m256i ls, float f) {
@@ -108,25 +107,33 @@ inline void iq_decode_iq2_xs(const uint8_t* blk, IqBlock& out) {
   for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
   iq_apply_signs(out.q, iq_add_parity(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
   const __m512i ls = iq_nibbles16(blk + 66);
-  out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
-                            _mm512_set1_ps(0.25f));
+  out.scale =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
+                    _mm512_set1_ps(0.25f));
 }
 
 // IQ2_S: index byte k | bits 2(k%4).. of qh[k/4] as bits 8..9; explicit sign bytes.
 inline void iq_decode_iq2_s(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
   const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
-  const __m512i qh = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))));
-  const __m512i qh4 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2), qh);
-  const __m512i shift = _mm512_set_epi16(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+  const __m512i qh =
+      _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))));
+  const __m512i qh4 = _mm512_permutexvar_epi16(
+      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                        2),
+      qh);
+  const __m512i shift =
+      _mm512_set_epi16(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
   const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(3)), 8);
   const __m512i idx = _mm512_or_si512(low, hi);
   const auto* grid = reinterpret_cast<const long long*>(kIq2sGrid);
   for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
   iq_apply_signs(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)));
   const __m512i ls = iq_nibbles16(blk + 74);
-  out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
-                            _mm512_set1_ps(0.25f));
+  out.scale =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(ls))),
+                    _mm512_set1_ps(0.25f));
 }
 
 // IQ3_XXS: 64 index bytes of 4-element rows, then 8 dwords of sign fields and scales.
@@ -134,7 +141,8 @@ inline void iq_decode_iq3_xxs(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
   for (int n = 0; n < 4; ++n)
-    out.q[n] = _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n))), grid, 4);
+    out.q[n] = _mm512_i32gather_epi32(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n))), grid, 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
   iq_apply_signs(out.q, iq_signs_of_fields(aux));
   out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f));
@@ -148,7 +156,8 @@ inline void iq_decode_iq3_s(const uint8_t* blk, IqBlock& out) {
   for (int n = 0; n < 4; ++n) {
     uint16_t qh;
     std::memcpy(&qh, blk + 66 + 2 * n, 2);
-    const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(qh), lane), _mm512_set1_epi32(1)), 8);
+    const __m512i hi =
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(qh), lane), _mm512_set1_epi32(1)), 8);
     const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n)));
     out.q[n] = _mm512_i32gather_epi32(_mm512_or_si512(low, hi), grid, 4);
   }
@@ -181,18 +190,26 @@ inline void iq_decode_iq1_s(const uint8_t* blk, IqBlock& out) {
   const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   const __m128i qh8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 34));
   const __m512i qh = _mm512_castsi128_si512(qh8);
-  const __m512i qh4 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2), qh);
-  const __m512i shift = _mm512_set_epi16(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
-  const __m512i idx = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(7)), 8));
+  const __m512i qh4 = _mm512_permutexvar_epi16(
+      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                        2),
+      qh);
+  const __m512i shift =
+      _mm512_set_epi16(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
+  const __m512i idx =
+      _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(7)), 8));
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
   for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
   const unsigned neg = _mm_movemask_epi8(qh8) & 0xaaaa;  // bit 2g + 1: group g's bit 15
   __mmask8 negative[4];
-  for (int n = 0; n < 4; ++n) negative[n] = __mmask8(((neg >> (4 * n + 1)) & 1 ? 0x0f : 0) | ((neg >> (4 * n + 3)) & 1 ? 0xf0 : 0));
+  for (int n = 0; n < 4; ++n)
+    negative[n] = __mmask8(((neg >> (4 * n + 1)) & 1 ? 0x0f : 0) | ((neg >> (4 * n + 3)) & 1 ? 0xf0 : 0));
   iq1_finish(out.q, negative);
   const __m256i s = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(qh8), 12), _mm256_set1_epi32(7));
   const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
-  out.scale = iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
+  out.scale =
+      iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
 }
 
 // IQ1_M: index byte k | nibble k%2 of qh[k/2] (bits 0..2; bit 3 the delta's sign per
@@ -203,9 +220,17 @@ inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
   const uint16_t d_bits = uint16_t((sc[0] >> 12) | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12);
   const float d = _cvtsh_ss(d_bits);
   const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const __m512i qh = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))));
-  const __m512i qh2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1), qh);
-  const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(qh2, _mm512_set_epi16(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)), _mm512_set1_epi16(15));
+  const __m512i qh =
+      _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))));
+  const __m512i qh2 = _mm512_permutexvar_epi16(
+      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                        1),
+      qh);
+  const __m512i nib =
+      _mm512_and_si512(_mm512_srlv_epi16(qh2, _mm512_set_epi16(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4,
+                                                               0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)),
+                       _mm512_set1_epi16(15));
   const __m512i idx = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
   for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
@@ -222,9 +247,33 @@ inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
   out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(odd)), _mm512_set1_ps(0.125f));
 }
 
+// IQ4_XS (for weights left in the file's layout; packed ones have their own tiles):
+// 4-bit codes into kIq4nlValues (|q| <= 127), 6-bit scales per 32; q + 128 still fits a byte.
+inline void iq_decode_iq4_xs(const uint8_t* blk, IqBlock& out) {
+  const float d = iq_fp16(blk);
+  const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  // 128-bit lanes 1 and 3 take the high nibbles of the bytes lanes 0 and 2 take the low.
+  const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+  for (int n = 0; n < 4; ++n) {
+    const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 + 32 * n)));
+    const __m512i codes = _mm512_and_si512(
+        _mm512_srlv_epi64(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0)), shift), _mm512_set1_epi8(0x0f));
+    out.q[n] = _mm512_shuffle_epi8(values, codes);
+  }
+  uint16_t high;
+  uint32_t low;
+  std::memcpy(&high, blk + 2, 2);
+  std::memcpy(&low, blk + 4, 4);
+  alignas(32) int32_t ls[8];
+  for (int g = 0; g < 8; ++g) ls[g] = int32_t(((low >> (4 * g)) & 15) | ((high >> (2 * g)) & 3) << 4) - 32;
+  out.scale = iq_spread8(
+      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)))));
+}
+
 // Ternary digit n of bytes held as words: ((uint8)(byte * 3^n) * 3) >> 8, minus 1.
 inline __m512i tq_digit(__m512i bytes16, int pow3) {
-  const __m512i m = _mm512_and_si512(_mm512_mullo_epi16(bytes16, _mm512_set1_epi16(int16_t(pow3))), _mm512_set1_epi16(255));
+  const __m512i m =
+      _mm512_and_si512(_mm512_mullo_epi16(bytes16, _mm512_set1_epi16(int16_t(pow3))), _mm512_set1_epi16(255));
   return _mm512_sub_epi16(_mm512_srli_epi16(_mm512_mullo_epi16(m, _mm512_set1_epi16(3)), 8), _mm512_set1_epi16(1));
 }
 

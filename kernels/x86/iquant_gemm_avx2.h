@@ -37,17 +37,17 @@ template <TensorType T>
 constexpr int kOffset = T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ? 62
                         : T == TensorType::IQ1_S || T == TensorType::IQ1_M ? 9
                         : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? 1
-                                                                            : 43;
+                                                                           : 43;
 template <TensorType T>
-constexpr size_t kIqBlockBytes = T == TensorType::IQ2_XXS ? sizeof(block_iq2_xxs)
-                                 : T == TensorType::IQ2_XS ? sizeof(block_iq2_xs)
-                                 : T == TensorType::IQ2_S  ? sizeof(block_iq2_s)
+constexpr size_t kIqBlockBytes = T == TensorType::IQ2_XXS   ? sizeof(block_iq2_xxs)
+                                 : T == TensorType::IQ2_XS  ? sizeof(block_iq2_xs)
+                                 : T == TensorType::IQ2_S   ? sizeof(block_iq2_s)
                                  : T == TensorType::IQ3_XXS ? sizeof(block_iq3_xxs)
-                                 : T == TensorType::IQ3_S  ? sizeof(block_iq3_s)
-                                 : T == TensorType::IQ1_S  ? sizeof(block_iq1_s)
-                                 : T == TensorType::IQ1_M  ? sizeof(block_iq1_m)
-                                 : T == TensorType::TQ1_0  ? sizeof(block_tq1_0)
-                                                           : sizeof(block_tq2_0);
+                                 : T == TensorType::IQ3_S   ? sizeof(block_iq3_s)
+                                 : T == TensorType::IQ1_S   ? sizeof(block_iq1_s)
+                                 : T == TensorType::IQ1_M   ? sizeof(block_iq1_m)
+                                 : T == TensorType::TQ1_0   ? sizeof(block_tq1_0)
+                                                            : sizeof(block_tq2_0);
 
 struct WBlock2 {
   __m256i u[8];
@@ -77,15 +77,24 @@ inline void iq_to_lanes(const __m256i in[8], __m256i out[8]) {
 template <TensorType T>
 inline void iq_decode(const uint8_t* blk, WBlock2& out) {
   IqBlock2 b;
-  if constexpr (T == TensorType::IQ2_XXS) iq_decode2_iq2_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ2_XS) iq_decode2_iq2_xs(blk, b);
-  else if constexpr (T == TensorType::IQ2_S) iq_decode2_iq2_s(blk, b);
-  else if constexpr (T == TensorType::IQ3_XXS) iq_decode2_iq3_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ3_S) iq_decode2_iq3_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_S) iq_decode2_iq1_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_M) iq_decode2_iq1_m(blk, b);
-  else if constexpr (T == TensorType::TQ1_0) iq_decode2_tq1_0(blk, b);
-  else iq_decode2_tq2_0(blk, b);
+  if constexpr (T == TensorType::IQ2_XXS)
+    iq_decode2_iq2_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ2_XS)
+    iq_decode2_iq2_xs(blk, b);
+  else if constexpr (T == TensorType::IQ2_S)
+    iq_decode2_iq2_s(blk, b);
+  else if constexpr (T == TensorType::IQ3_XXS)
+    iq_decode2_iq3_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ3_S)
+    iq_decode2_iq3_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_S)
+    iq_decode2_iq1_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_M)
+    iq_decode2_iq1_m(blk, b);
+  else if constexpr (T == TensorType::TQ1_0)
+    iq_decode2_tq1_0(blk, b);
+  else
+    iq_decode2_tq2_0(blk, b);
   const __m256i off = _mm256_set1_epi8(char(kOffset<T>));
   for (int v = 0; v < 8; ++v) b.q[v] = _mm256_add_epi8(b.q[v], off);
   iq_to_lanes(b.q, out.u);
@@ -182,7 +191,8 @@ void iq_gemm(const GemmArgs& a) {
       const int mr = int(a.r1 - r < size_t(kIqRw) ? a.r1 - r : size_t(kIqRw));
       for (int i = 0; i < mr; ++i) {
         const uint8_t* row = static_cast<const uint8_t*>(a.w) + (r + i) * a.w_row_bytes;
-        for (size_t blk = 0; blk < n_blocks; ++blk) iq_decode<T>(row + blk * kIqBlockBytes<T>, wbuf[i * n_blocks + blk]);
+        for (size_t blk = 0; blk < n_blocks; ++blk)
+          iq_decode<T>(row + blk * kIqBlockBytes<T>, wbuf[i * n_blocks + blk]);
       }
       for (size_t j = 0; j < nb; j += kIqRb) {
         const int nr = int(nb - j < size_t(kIqRb) ? nb - j : size_t(kIqRb));
@@ -198,16 +208,35 @@ void iq_gemm(const GemmArgs& a) {
 bool iq_gemm_dispatch(const GemmArgs& a) {
   if (a.w_packed || a.k > kIqMaxK || a.k % 256 != 0) return false;
   switch (a.w_type) {
-    case TensorType::IQ2_XXS: iq_gemm<TensorType::IQ2_XXS>(a); return true;
-    case TensorType::IQ2_XS: iq_gemm<TensorType::IQ2_XS>(a); return true;
-    case TensorType::IQ2_S: iq_gemm<TensorType::IQ2_S>(a); return true;
-    case TensorType::IQ3_XXS: iq_gemm<TensorType::IQ3_XXS>(a); return true;
-    case TensorType::IQ3_S: iq_gemm<TensorType::IQ3_S>(a); return true;
-    case TensorType::IQ1_S: iq_gemm<TensorType::IQ1_S>(a); return true;
-    case TensorType::IQ1_M: iq_gemm<TensorType::IQ1_M>(a); return true;
-    case TensorType::TQ1_0: iq_gemm<TensorType::TQ1_0>(a); return true;
-    case TensorType::TQ2_0: iq_gemm<TensorType::TQ2_0>(a); return true;
-    default: return false;
+    case TensorType::IQ2_XXS:
+      iq_gemm<TensorType::IQ2_XXS>(a);
+      return true;
+    case TensorType::IQ2_XS:
+      iq_gemm<TensorType::IQ2_XS>(a);
+      return true;
+    case TensorType::IQ2_S:
+      iq_gemm<TensorType::IQ2_S>(a);
+      return true;
+    case TensorType::IQ3_XXS:
+      iq_gemm<TensorType::IQ3_XXS>(a);
+      return true;
+    case TensorType::IQ3_S:
+      iq_gemm<TensorType::IQ3_S>(a);
+      return true;
+    case TensorType::IQ1_S:
+      iq_gemm<TensorType::IQ1_S>(a);
+      return true;
+    case TensorType::IQ1_M:
+      iq_gemm<TensorType::IQ1_M>(a);
+      return true;
+    case TensorType::TQ1_0:
+      iq_gemm<TensorType::TQ1_0>(a);
+      return true;
+    case TensorType::TQ2_0:
+      iq_gemm<TensorType::TQ2_0>(a);
+      return true;
+    default:
+      return false;
   }
 }
 

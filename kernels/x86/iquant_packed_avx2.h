@@ -46,7 +46,8 @@ inline __m256i iq4_dot(const __m256i* w, const __m256i* wa, const int8_t* xq, __
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int u = 0; u < 8; ++u)
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[u], _mm256_sign_epi8(bcast4(xq + 4 * u), w[u])), m16));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[u], _mm256_sign_epi8(bcast4(xq + 4 * u), w[u])), m16));
     return acc;
   }
 }
@@ -68,7 +69,8 @@ void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) {
         const __m256i isum = iq4_dot(w, wa, xr[j].q + 32 * blk, _mm256_set1_epi32(-128 * xr[j].s[blk]), ones);
-        acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xr[j].d[blk])), acc[j][h]);
+        acc[j][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xr[j].d[blk])), acc[j][h]);
       }
     }
   }
@@ -95,9 +97,11 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
         if (h == H0) prefetch_ahead<R>(rec, sub);
         __m256i w[8], wa[8];
         iq4_unpack(rec + 160 + 256 * sub, h, table, w, wa);
-        const __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 32 + 16 * sub + 8 * h)));
+        const __m256i sc32 =
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 32 + 16 * sub + 8 * h)));
         // Plain build: the scale in both int16 halves, applied by vpmaddwd.
-        const __m256i sc16 = _mm256_or_si256(_mm256_and_si256(sc32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc32, 16));
+        const __m256i sc16 =
+            _mm256_or_si256(_mm256_and_si256(sc32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc32, 16));
 #pragma GCC unroll 8
         for (int j = 0; j < RB; ++j) {
           const int8_t* xq = xr[j].q + 256 * sb + 32 * sub;
@@ -112,7 +116,8 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
       const __m256 d = load_fp16x8(rec + 16 * h);
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j)
-        acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_set1_ps(xr[j].d[sb])), acc[j][h]);
+        acc[j][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_set1_ps(xr[j].d[sb])), acc[j][h]);
     }
   }
 #pragma GCC unroll 8

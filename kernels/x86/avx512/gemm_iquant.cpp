@@ -1,8 +1,9 @@
 // AVX-512 VNNI gemm on the codebook i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
-// IQ1_S, IQ1_M) and the ternary TQ1_0 / TQ2_0 in the file's layout, against activations
+// IQ1_S, IQ1_M), the ternary TQ1_0 / TQ2_0 and IQ4_XS (a MoE's experts, which stay
+// unpacked) in the file's layout, against activations
 // quantized per 256 elements as ggml's Q8_K (d = amax / 127, q rounded to nearest).
 //
-// Weights are integers q (|q| <= 62) times a float scale per sub-block of 16
+// Weights are integers q (|q| <= 62; IQ4_XS 127) times a float scale per sub-block of 16
 // (kernels/x86/iquant_decode_avx512.h decodes a block), so a block's dot product with
 // 8-bit activations is exact in int32 per sub-block. Both sides are stored transposed so
 // that lane s of each of a block's four 64-byte vectors holds sub-block s (4 of its 16
@@ -38,9 +39,9 @@ namespace {
 
 constexpr size_t kMaxK = 16384;
 constexpr size_t kMaxBlocks = kMaxK / 256;
-constexpr int kRw = 4;                      // weight rows decoded per tile
-constexpr int kRb = 4;                      // activation rows per register tile
-constexpr size_t kActBytes = 96 * 1024;     // activation rows held per chunk (at least kRb)
+constexpr int kRw = 4;                   // weight rows decoded per tile
+constexpr int kRb = 4;                   // activation rows per register tile
+constexpr size_t kActBytes = 96 * 1024;  // activation rows held per chunk (at least kRb)
 
 // One decoded block of one weight row: q + 128 transposed, and the 16 sub-block scales.
 struct WBlock {
@@ -56,8 +57,10 @@ inline void to_lanes(const __m512i in[4], __m512i out[4]) {
   const __m512i pick23 = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
   const __m512i lo8 = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i hi8 = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
-  const __m512i a01 = _mm512_permutex2var_epi32(in[0], pick01, in[1]), a23 = _mm512_permutex2var_epi32(in[0], pick23, in[1]);
-  const __m512i b01 = _mm512_permutex2var_epi32(in[2], pick01, in[3]), b23 = _mm512_permutex2var_epi32(in[2], pick23, in[3]);
+  const __m512i a01 = _mm512_permutex2var_epi32(in[0], pick01, in[1]),
+                a23 = _mm512_permutex2var_epi32(in[0], pick23, in[1]);
+  const __m512i b01 = _mm512_permutex2var_epi32(in[2], pick01, in[3]),
+                b23 = _mm512_permutex2var_epi32(in[2], pick23, in[3]);
   out[0] = _mm512_permutex2var_epi32(a01, lo8, b01);
   out[1] = _mm512_permutex2var_epi32(a01, hi8, b01);
   out[2] = _mm512_permutex2var_epi32(a23, lo8, b23);
@@ -65,28 +68,40 @@ inline void to_lanes(const __m512i in[4], __m512i out[4]) {
 }
 
 template <TensorType T>
-constexpr size_t kBlockBytes = T == TensorType::IQ2_XXS ? sizeof(block_iq2_xxs)
-                               : T == TensorType::IQ2_XS ? sizeof(block_iq2_xs)
-                               : T == TensorType::IQ2_S  ? sizeof(block_iq2_s)
+constexpr size_t kBlockBytes = T == TensorType::IQ2_XXS   ? sizeof(block_iq2_xxs)
+                               : T == TensorType::IQ2_XS  ? sizeof(block_iq2_xs)
+                               : T == TensorType::IQ2_S   ? sizeof(block_iq2_s)
                                : T == TensorType::IQ3_XXS ? sizeof(block_iq3_xxs)
-                               : T == TensorType::IQ3_S  ? sizeof(block_iq3_s)
-                               : T == TensorType::IQ1_S  ? sizeof(block_iq1_s)
-                               : T == TensorType::IQ1_M  ? sizeof(block_iq1_m)
-                               : T == TensorType::TQ1_0  ? sizeof(block_tq1_0)
-                                                         : sizeof(block_tq2_0);
+                               : T == TensorType::IQ3_S   ? sizeof(block_iq3_s)
+                               : T == TensorType::IQ1_S   ? sizeof(block_iq1_s)
+                               : T == TensorType::IQ1_M   ? sizeof(block_iq1_m)
+                               : T == TensorType::TQ1_0   ? sizeof(block_tq1_0)
+                               : T == TensorType::IQ4_XS  ? sizeof(block_iq4_xs)
+                                                          : sizeof(block_tq2_0);
 
 template <TensorType T>
 inline void decode(const uint8_t* blk, WBlock& out) {
   IqBlock b;
-  if constexpr (T == TensorType::IQ2_XXS) iq_decode_iq2_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ2_XS) iq_decode_iq2_xs(blk, b);
-  else if constexpr (T == TensorType::IQ2_S) iq_decode_iq2_s(blk, b);
-  else if constexpr (T == TensorType::IQ3_XXS) iq_decode_iq3_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ3_S) iq_decode_iq3_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_S) iq_decode_iq1_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_M) iq_decode_iq1_m(blk, b);
-  else if constexpr (T == TensorType::TQ1_0) iq_decode_tq1_0(blk, b);
-  else iq_decode_tq2_0(blk, b);
+  if constexpr (T == TensorType::IQ2_XXS)
+    iq_decode_iq2_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ2_XS)
+    iq_decode_iq2_xs(blk, b);
+  else if constexpr (T == TensorType::IQ2_S)
+    iq_decode_iq2_s(blk, b);
+  else if constexpr (T == TensorType::IQ3_XXS)
+    iq_decode_iq3_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ3_S)
+    iq_decode_iq3_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_S)
+    iq_decode_iq1_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_M)
+    iq_decode_iq1_m(blk, b);
+  else if constexpr (T == TensorType::TQ1_0)
+    iq_decode_tq1_0(blk, b);
+  else if constexpr (T == TensorType::IQ4_XS)
+    iq_decode_iq4_xs(blk, b);
+  else
+    iq_decode_tq2_0(blk, b);
   __m512i t[4];
   to_lanes(b.q, t);
   const __m512i flip = _mm512_set1_epi8(-128);  // q + 128 as a byte: flip the top bit
@@ -204,16 +219,38 @@ void gemm_iq(const GemmArgs& a) {
 bool gemm_iquant(const GemmArgs& a) {
   if (a.k > kMaxK || a.k % 256 != 0) return false;
   switch (a.w_type) {
-    case TensorType::IQ2_XXS: gemm_iq<TensorType::IQ2_XXS>(a); return true;
-    case TensorType::IQ2_XS: gemm_iq<TensorType::IQ2_XS>(a); return true;
-    case TensorType::IQ2_S: gemm_iq<TensorType::IQ2_S>(a); return true;
-    case TensorType::IQ3_XXS: gemm_iq<TensorType::IQ3_XXS>(a); return true;
-    case TensorType::IQ3_S: gemm_iq<TensorType::IQ3_S>(a); return true;
-    case TensorType::IQ1_S: gemm_iq<TensorType::IQ1_S>(a); return true;
-    case TensorType::IQ1_M: gemm_iq<TensorType::IQ1_M>(a); return true;
-    case TensorType::TQ1_0: gemm_iq<TensorType::TQ1_0>(a); return true;
-    case TensorType::TQ2_0: gemm_iq<TensorType::TQ2_0>(a); return true;
-    default: return false;
+    case TensorType::IQ2_XXS:
+      gemm_iq<TensorType::IQ2_XXS>(a);
+      return true;
+    case TensorType::IQ2_XS:
+      gemm_iq<TensorType::IQ2_XS>(a);
+      return true;
+    case TensorType::IQ2_S:
+      gemm_iq<TensorType::IQ2_S>(a);
+      return true;
+    case TensorType::IQ3_XXS:
+      gemm_iq<TensorType::IQ3_XXS>(a);
+      return true;
+    case TensorType::IQ3_S:
+      gemm_iq<TensorType::IQ3_S>(a);
+      return true;
+    case TensorType::IQ1_S:
+      gemm_iq<TensorType::IQ1_S>(a);
+      return true;
+    case TensorType::IQ1_M:
+      gemm_iq<TensorType::IQ1_M>(a);
+      return true;
+    case TensorType::TQ1_0:
+      gemm_iq<TensorType::TQ1_0>(a);
+      return true;
+    case TensorType::TQ2_0:
+      gemm_iq<TensorType::TQ2_0>(a);
+      return true;
+    case TensorType::IQ4_XS:
+      gemm_iq<TensorType::IQ4_XS>(a);
+      return true;  // left unpacked
+    default:
+      return false;
   }
 }
 

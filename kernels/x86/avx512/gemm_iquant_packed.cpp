@@ -44,7 +44,8 @@ void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size
   for (size_t blk = 0; blk < k / 32; ++blk) {
     const uint8_t* rec = group + blk * R;
     if constexpr (RB > 1) {  // as the legacy tiles: the record 8 ahead (gemm_packed.cpp)
-      for (size_t line = 0; line < R; line += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + 8 * R + line), _MM_HINT_T0);
+      for (size_t line = 0; line < R; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rec + 8 * R + line), _MM_HINT_T0);
     }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];
@@ -81,7 +82,8 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
       prefetch_ahead<R>(rec, sub);
       __m512i w[8];
       iq4_weights(rec + 160 + 256 * sub, table, w);
-      const __m512i scale = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * sub)));
+      const __m512i scale =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * sub)));
 #pragma GCC unroll 16
       for (int j = 0; j < RB; ++j) {
         const int8_t* xq = xr[j].q + 256 * sb + 32 * sub;
@@ -116,8 +118,10 @@ struct Iq4XsTile {
 }  // namespace
 
 void run_packed_iq4(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
-  if (a.w_type == TensorType::IQ4_NL) run_groups<Iq4NlTile>(a, act, b0, b1);
-  else if (a.w_type == TensorType::IQ4_XS) run_groups<Iq4XsTile>(a, act, b0, b1);
+  if (a.w_type == TensorType::IQ4_NL)
+    run_groups<Iq4NlTile>(a, act, b0, b1);
+  else if (a.w_type == TensorType::IQ4_XS)
+    run_groups<Iq4XsTile>(a, act, b0, b1);
 }
 
 }  // namespace kiln::kernels::avx512
