@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant_iq.h"
+#include "kiln/gguf.h"
 
 namespace kiln::kernels {
 namespace {
@@ -190,6 +192,49 @@ TEST(IquantGemm, MatchesFloat64AndIsDeterministic) {
                 ASSERT_EQ(bits_of(ys[i]), bits_of(y[(n_batch - nb) * rows + i])) << "n_batch=" << nb << " i=" << i;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// ggml's own blocks (tests/data/quant/ggml-iquant-fixture.gguf: llama.cpp's importance-
+// weighted quantizations of 9 rows of 256 and of one row of 1024) against float64 dot
+// products over ggml's dequantization of them: the decoders read real files as ggml does,
+// independently of kernels/scalar.
+TEST(IquantGemm, GgmlBlocksMatchGgmlDequantization) {
+  const auto fixture = gguf::File::open(std::string(KILN_SOURCE_DIR) + "/tests/data/quant/ggml-iquant-fixture.gguf");
+  std::mt19937 rng(2104);
+  const size_t n_batch = 5;
+  for (const char* prefix : {"w.awkward.", "w.wide."}) {
+    for (TensorType t : kTypes) {
+      std::string name = type_name(t);  // the fixture's tensor names spell types in lower case
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+      const gguf::TensorInfo* q = fixture->find_tensor(prefix + std::string("q.") + name);
+      const gguf::TensorInfo* dq = fixture->find_tensor(prefix + std::string("dq.") + name);
+      ASSERT_TRUE(q && dq) << prefix << type_name(t);
+      const size_t k = q->row_bytes() / ref::quant_traits(t)->block_bytes * ref::quant_traits(t)->block_size;
+      const size_t rows = q->n_elements / k;
+      const float* w = reinterpret_cast<const float*>(dq->data);
+      const std::vector<uint8_t> file(q->data, q->data + q->n_bytes);
+      std::vector<float> x(n_batch * k);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& v : x) v = dist(rng);
+      for (Isa isa : available_isas()) {
+        const Ops& o = *ops_for(isa);
+        for (bool pack : {true, false}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + prefix + type_name(t) + (pack ? "" : " file layout"));
+          const Weights wt = prepare_weights(o, t, file, rows, k, pack);
+          std::vector<float> y(n_batch * rows, NAN);
+          o.gemm({t, wt.p, wt.row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, wt.packed, nullptr});
+          for (size_t b = 0; b < n_batch; ++b)
+            for (size_t r = 0; r < rows; ++r) {
+              const Expected e = expected(&w[r * k], &x[b * k], k, act_block_of(t));
+              ASSERT_NEAR(y[b * rows + r], e.value, e.bound) << "b=" << b << " r=" << r;
+              if (e.magnitude > 0) {  // the awkward source has all-zero rows
+                ASSERT_LT(e.bound, 0.1 * e.magnitude) << "b=" << b << " r=" << r;
+              }
+            }
         }
       }
     }
