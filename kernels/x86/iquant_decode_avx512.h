@@ -2,8 +2,12 @@
 // Internal to kernels/x86/avx512/gemm_iquant.cpp (AVX-512 flags; include inside an
 // anonymous namespace only): one 256-element block of an i-quant or ternary type (file
 // layout, kernels/quant_iq.h) -> its elements as signed integers q (|q| <= 62) in four
-// vectors of 64 in element order, and per sub-block of 16 a float scale so that the
-// weight is scale * q. Codebook rows are fetched by vpgather (8 qwords or 16 dwords per
+// vectors of 64, and per sub-block of 16 a float scale so that the weight is scale * q.
+// Element order: types with a scale per 16 give theirs in order (vector n: elements
+// 64n..64n+63); types with a scale per 32 give the "qword interleave" their codebook
+// gathers can fetch directly, qword s of vector c = the 8 elements 32s + 8c .. + 7, so
+// that lanes 2s, 2s+1 of every vector belong to sub-block s; TQ1_0/TQ2_0 (one scale) in
+// order. Codebook rows are fetched by vpgather (8 qwords or 16 dwords per
 // instruction), sign bits become byte masks, and no element is handled alone.
 //
 // The integer forms (exact; ggml's float forms in kernels/scalar/quant_iq_dequant.cpp):
@@ -69,6 +73,14 @@ inline void iq_apply_signs(__m512i g[4], __m256i signs) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(m), signs);
   for (int n = 0; n < 4; ++n) g[n] = _mm512_mask_sub_epi8(g[n], (__mmask64)m[n], _mm512_setzero_si512(), g[n]);
 }
+// The same for the qword interleave: byte s of mask c = sign byte 4s + c (one vpshufb
+// transposes each half's 4 x 4 bytes, a dword permute joins the halves).
+inline void iq_apply_signs32(__m512i g[4], __m256i signs) {
+  const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                      0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  iq_apply_signs(g, t);
+}
 // Eight per-32 scales -> 16 per-16 lanes.
 inline __m512 iq_spread8(__m256 v) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
@@ -90,11 +102,12 @@ inline __m512i iq_nibbles16(const uint8_t* p) {
 // IQ2_XXS: qword g of qs = four grid indices | signs and scale.
 inline void iq_decode_iq2_xxs(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
-  const __m512i qs = _mm512_loadu_si512(blk + 2);
-  const __m256i idx = _mm512_cvtepi64_epi32(qs), aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64(qs, 32));
+  const __m512i qs = _mm512_loadu_si512(blk + 2);  // qword s: index bytes of group s, then aux
+  const __m256i aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64(qs, 32));
   const auto* grid = reinterpret_cast<const long long*>(kIq2xxsGrid);
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_index8(idx, n), grid, 8);
-  iq_apply_signs(out.q, iq_signs_of_fields(aux));
+  for (int c = 0; c < 4; ++c)
+    out.q[c] = _mm512_i64gather_epi64(_mm512_and_si512(_mm512_srli_epi64(qs, 8 * c), _mm512_set1_epi64(255)), grid, 8);
+  iq_apply_signs32(out.q, iq_signs_of_fields(aux));
   out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f));
 }
 
@@ -140,11 +153,11 @@ inline void iq_decode_iq2_s(const uint8_t* blk, IqBlock& out) {
 inline void iq_decode_iq3_xxs(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
-  for (int n = 0; n < 4; ++n)
-    out.q[n] = _mm512_i32gather_epi32(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n))), grid, 4);
+  const __m512i qs = _mm512_loadu_si512(blk + 2);  // qword s: the 8 rows of group s
+  for (int c = 0; c < 4; ++c)  // rows 8s + 2c, 8s + 2c + 1
+    out.q[c] = _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm512_cvtepi64_epi16(_mm512_srli_epi64(qs, 16 * c))), grid, 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
-  iq_apply_signs(out.q, iq_signs_of_fields(aux));
+  iq_apply_signs32(out.q, iq_signs_of_fields(aux));
   out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f));
 }
 
@@ -152,22 +165,22 @@ inline void iq_decode_iq3_xxs(const uint8_t* blk, IqBlock& out) {
 inline void iq_decode_iq3_s(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  for (int n = 0; n < 4; ++n) {
-    uint16_t qh;
-    std::memcpy(&qh, blk + 66 + 2 * n, 2);
-    const __m512i hi =
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(qh), lane), _mm512_set1_epi32(1)), 8);
-    const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * n)));
-    out.q[n] = _mm512_i32gather_epi32(_mm512_or_si512(low, hi), grid, 4);
+  const __m512i qs = _mm512_loadu_si512(blk + 2);
+  // qh[s] in both dwords of qword s; row 8s + 2c + h takes its bit 2c + h.
+  const __m512i qh = _mm512_shuffle_epi32(_mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))),
+                                          _MM_PERM_CCAA);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i shift = _mm512_set1_epi64((long long)(uint64_t(2 * c + 1) << 32 | uint64_t(2 * c)));
+    const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(qh, shift), _mm512_set1_epi32(1)), 8);
+    const __m512i low = _mm512_cvtepu8_epi32(_mm512_cvtepi64_epi16(_mm512_srli_epi64(qs, 16 * c)));
+    out.q[c] = _mm512_i32gather_epi32(_mm512_or_si512(low, hi), grid, 4);
   }
-  iq_apply_signs(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
+  iq_apply_signs32(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
   uint32_t sc4;
   std::memcpy(&sc4, blk + 106, 4);
-  uint64_t sc8 = 0;  // nibble g -> byte g
-  for (int g = 0; g < 8; ++g) sc8 |= uint64_t((sc4 >> (4 * g)) & 15) << (8 * g);
-  const __m256i s = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
-  const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
+  const __m256i sc = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(int(sc4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(15));
+  const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(sc, sc), _mm256_set1_epi32(1));
   out.scale = iq_spread8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)));
 }
 
@@ -187,29 +200,21 @@ inline void iq1_finish(__m512i q[4], const __mmask8 negative[4]) {
 // scale, bit 15 the delta's sign, per group of 32.
 inline void iq_decode_iq1_s(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
-  const __m512i low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   const __m128i qh8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 34));
-  const __m512i qh = _mm512_castsi128_si512(qh8);
-  const __m512i qh4 = _mm512_permutexvar_epi16(
-      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
-                                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                        2),
-      qh);
-  const __m512i shift =
-      _mm512_set_epi16(9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0, 9, 6, 3, 0);
-  const __m512i idx =
-      _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(7)), 8));
+  const __m512i qs = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  const __m512i qh = _mm512_cvtepu16_epi64(qh8);  // qword s: qh[s]
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
-  const unsigned neg = _mm_movemask_epi8(qh8) & 0xaaaa;  // bit 2g + 1: group g's bit 15
-  __mmask8 negative[4];
-  for (int n = 0; n < 4; ++n)
-    negative[n] = __mmask8(((neg >> (4 * n + 1)) & 1 ? 0x0f : 0) | ((neg >> (4 * n + 3)) & 1 ? 0xf0 : 0));
-  iq1_finish(out.q, negative);
-  const __m256i s = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(qh8), 12), _mm256_set1_epi32(7));
-  const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
-  out.scale =
-      iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
+  for (int c = 0; c < 4; ++c) {  // row 4s + c: byte c of qs's dword s, bits 3c.. of qh[s]
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi64(qs, 8 * c), _mm512_set1_epi64(255));
+    const __m512i hi = _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(qh, 3 * c), _mm512_set1_epi64(7)), 8);
+    out.q[c] = _mm512_i64gather_epi64(_mm512_or_si512(low, hi), grid, 8);
+  }
+  const __mmask8 negative = _mm512_test_epi64_mask(qh, _mm512_set1_epi64(0x8000));
+  const __mmask8 all[4] = {negative, negative, negative, negative};
+  iq1_finish(out.q, all);
+  const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(qh8), 12), _mm256_set1_epi32(7));
+  const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(sc, 1), _mm256_set1_epi32(1));
+  out.scale = iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
 }
 
 // IQ1_M: index byte k | nibble k%2 of qh[k/2] (bits 0..2; bit 3 the delta's sign per

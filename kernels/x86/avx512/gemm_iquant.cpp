@@ -5,10 +5,11 @@
 //
 // Weights are integers q (|q| <= 62; IQ4_XS 127) times a float scale per sub-block of 16
 // (kernels/x86/iquant_decode_avx512.h decodes a block), so a block's dot product with
-// 8-bit activations is exact in int32 per sub-block. Both sides are stored transposed so
-// that lane s of each of a block's four 64-byte vectors holds sub-block s (4 of its 16
-// elements per vector): the four vpdpbusd of a block chain into one vector of the 16
-// sub-block sums, which meets the 16 scales in one multiply-add. vpdpbusd wants unsigned
+// 8-bit activations is exact in int32 per sub-block. Both sides are stored in an order
+// where every lane of a block's four 64-byte vectors belongs to one sub-block in all four
+// (Order: sub-block s of 16 in lane s, or of 32 in lanes 2s and 2s + 1): the four
+// vpdpbusd of a block chain into one vector of sub-block sums, which meets the 16 lane
+// scales in one multiply-add. vpdpbusd wants unsigned
 // weights: they are stored as q + 128 and each chain starts at -128 x sum(x_q) of its
 // sub-block (stored with the activations).
 //
@@ -79,33 +80,34 @@ constexpr size_t kBlockBytes = T == TensorType::IQ2_XXS   ? sizeof(block_iq2_xxs
                                : T == TensorType::IQ4_XS  ? sizeof(block_iq4_xs)
                                                           : sizeof(block_tq2_0);
 
+// The order a type's decoder gives (kernels/x86/iquant_decode_avx512.h): transposed here
+// into sub-block lanes (scales per 16), already in the qword interleave (scales per 32),
+// or left in element order (one scale per block: any order that both sides share works).
+enum class Order { lanes16, lanes32, natural };
+template <TensorType T>
+constexpr Order kOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ||
+                                 T == TensorType::IQ1_S
+                             ? Order::lanes32
+                         : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? Order::natural
+                                                                             : Order::lanes16;
+
 template <TensorType T>
 inline void decode(const uint8_t* blk, WBlock& out) {
   IqBlock b;
-  if constexpr (T == TensorType::IQ2_XXS)
-    iq_decode_iq2_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ2_XS)
-    iq_decode_iq2_xs(blk, b);
-  else if constexpr (T == TensorType::IQ2_S)
-    iq_decode_iq2_s(blk, b);
-  else if constexpr (T == TensorType::IQ3_XXS)
-    iq_decode_iq3_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ3_S)
-    iq_decode_iq3_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_S)
-    iq_decode_iq1_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_M)
-    iq_decode_iq1_m(blk, b);
-  else if constexpr (T == TensorType::TQ1_0)
-    iq_decode_tq1_0(blk, b);
-  else if constexpr (T == TensorType::IQ4_XS)
-    iq_decode_iq4_xs(blk, b);
-  else
-    iq_decode_tq2_0(blk, b);
+  if constexpr (T == TensorType::IQ2_XXS) iq_decode_iq2_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ2_XS) iq_decode_iq2_xs(blk, b);
+  else if constexpr (T == TensorType::IQ2_S) iq_decode_iq2_s(blk, b);
+  else if constexpr (T == TensorType::IQ3_XXS) iq_decode_iq3_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ3_S) iq_decode_iq3_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_S) iq_decode_iq1_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_M) iq_decode_iq1_m(blk, b);
+  else if constexpr (T == TensorType::TQ1_0) iq_decode_tq1_0(blk, b);
+  else if constexpr (T == TensorType::IQ4_XS) iq_decode_iq4_xs(blk, b);
+  else iq_decode_tq2_0(blk, b);
   __m512i t[4];
-  to_lanes(b.q, t);
+  if constexpr (kOrder<T> == Order::lanes16) to_lanes(b.q, t);
   const __m512i flip = _mm512_set1_epi8(-128);  // q + 128 as a byte: flip the top bit
-  for (int c = 0; c < 4; ++c) out.u[c] = _mm512_xor_si512(t[c], flip);
+  for (int c = 0; c < 4; ++c) out.u[c] = _mm512_xor_si512(kOrder<T> == Order::lanes16 ? t[c] : b.q[c], flip);
   out.scale = b.scale;
 }
 
@@ -124,6 +126,9 @@ inline Act act_at(uint8_t* base, size_t n_blocks, size_t b) {
           reinterpret_cast<const float*>(p + 320 * n_blocks)};
 }
 
+// An activation row in the order of the weights (Order), with each lane's chain start
+// -128 x the sum of the bytes that meet it (vpdpbusd of 128s against them).
+template <Order O>
 void prepare_row(const float* x, size_t k, uint8_t* scratch, uint8_t* out) {
   const size_t n_blocks = k / 256;
   Vec::prepare_q8_256(x, k, scratch);
@@ -131,12 +136,22 @@ void prepare_row(const float* x, size_t k, uint8_t* scratch, uint8_t* out) {
   auto* q = reinterpret_cast<__m512i*>(out);
   auto* init = reinterpret_cast<__m512i*>(out + 256 * n_blocks);
   auto* d = reinterpret_cast<float*>(out + 320 * n_blocks);
+  const __m512i k128 = _mm512_set1_epi8(-128);
   for (size_t b = 0; b < n_blocks; ++b) {
+    const int8_t* xb = r.q + 256 * b;
     __m512i in[4];
-    for (int c = 0; c < 4; ++c) in[c] = _mm512_loadu_si512(r.q + 256 * b + 64 * c);
-    to_lanes(in, q + 4 * b);
-    const __m512i s = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.s16 + 16 * b)));
-    init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7));
+    for (int c = 0; c < 4; ++c) {
+      if constexpr (O == Order::lanes32)  // qword s of vector c: qword 4s + c of the block
+        in[c] = _mm512_i64gather_epi64(_mm512_set_epi64(28 + c, 24 + c, 20 + c, 16 + c, 12 + c, 8 + c, 4 + c, c), xb, 8);
+      else
+        in[c] = _mm512_loadu_si512(xb + 64 * c);
+    }
+    if constexpr (O == Order::lanes16) to_lanes(in, q + 4 * b);
+    else
+      for (int c = 0; c < 4; ++c) q[4 * b + c] = in[c];
+    __m512i s = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) s = _mm512_dpbusd_epi32(s, k128, q[4 * b + c]);
+    init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
     d[b] = r.d[b];
   }
 }
@@ -197,7 +212,7 @@ void gemm_iq(const GemmArgs& a) {
   const size_t chunk = kActBytes / stride;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += chunk) {
     const size_t nb = a.n_batch - b0 < chunk ? a.n_batch - b0 : chunk;
-    for (size_t b = 0; b < nb; ++b) prepare_row(a.x + (b0 + b) * a.ldx, a.k, scratch, act + b * stride);
+    for (size_t b = 0; b < nb; ++b) prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, scratch, act + b * stride);
     for (size_t r = a.r0; r < a.r1; r += kRw) {
       const int mr = int(a.r1 - r < size_t(kRw) ? a.r1 - r : size_t(kRw));
       for (int i = 0; i < mr; ++i) {
