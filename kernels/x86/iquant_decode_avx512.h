@@ -15,7 +15,7 @@
 //   IQ3_XXS:      q = +-grid byte (4..62),      scale = d * (0.5 + ls) * 0.5
 //   IQ3_S:        q = +-grid byte,              scale = d * (1 + 2 s)
 //   IQ1_S/M:      q = 8 grid +- 1 (grid -1, 0, 1; delta +-1/8), scale = d * (2 s + 1) / 8
-//   TQ1_0/TQ2_0:  q = trit - 1,                 scale = d
+//   TQ1_0/TQ2_0:  q = trit - 1,                 scale = d   (given as the trit, q + 1)
 // The scales round differently from ggml's products in the last bit, which the gemm's
 // error bound (8-bit activations) dwarfs.
 #include <immintrin.h>
@@ -275,42 +275,45 @@ inline void iq_decode_iq4_xs(const uint8_t* blk, IqBlock& out) {
       _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)))));
 }
 
-// Ternary digit n of bytes held as words: ((uint8)(byte * 3^n) * 3) >> 8, minus 1.
-inline __m512i tq_digit(__m512i bytes16, int pow3) {
-  const __m512i m =
-      _mm512_and_si512(_mm512_mullo_epi16(bytes16, _mm512_set1_epi16(int16_t(pow3))), _mm512_set1_epi16(255));
-  return _mm512_sub_epi16(_mm512_srli_epi16(_mm512_mullo_epi16(m, _mm512_set1_epi16(3)), 8), _mm512_set1_epi16(1));
+// Ternary digits of bytes holding the fraction value / 3^5 rounded up: multiplying by 3
+// (mod 256, three byte adds) drops the leading digit, and the leading digit of m is
+// (3m) >> 8, i.e. (m > 85) + (m > 170). TQ1_0/TQ2_0 decoders give the digit t, q + 1.
+inline __m512i tq_digit(__m512i m) {
+  const __m512i one = _mm512_set1_epi8(1);
+  const __m512i t = _mm512_maskz_mov_epi8(_mm512_cmpgt_epu8_mask(m, _mm512_set1_epi8(85)), one);
+  return _mm512_mask_add_epi8(t, _mm512_cmpgt_epu8_mask(m, _mm512_set1_epi8(char(170))), t, one);
 }
 
 // TQ1_0: digit t of qs[m] (m < 32) is element 32t + m, of qs[32 + m] (m < 16) element
-// 160 + 16t + m, of qh[m] element 240 + 4t + m.
+// 160 + 16t + m, of qh[m] element 240 + 4t + m. The 52 bytes in one vector give five
+// vectors of digits Z[t]; 128-bit lanes and dwords of them then make the element order.
 inline void iq_decode_tq1_0(const uint8_t* blk, IqBlock& out) {
-  static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
-  alignas(64) int8_t q[256];
-  const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  __m512i b = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))));
-  uint32_t qh;
-  std::memcpy(&qh, blk + 48, 4);
-  b = _mm512_inserti64x2(b, _mm_cvtepu8_epi16(_mm_cvtsi32_si128(int(qh))), 2);  // words 16..19: qh
+  __m512i m = _mm512_maskz_loadu_epi8((__mmask64)0x000fffffffffffffull, blk);
+  __m512i z[5];
   for (int t = 0; t < 5; ++t) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * t), _mm512_cvtepi16_epi8(tq_digit(a, kPow3[t])));
-    alignas(32) int8_t d8[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d8), _mm512_cvtepi16_epi8(tq_digit(b, kPow3[t])));
-    std::memcpy(q + 160 + 16 * t, d8, 16);
-    if (t < 4) std::memcpy(q + 240 + 4 * t, d8 + 16, 4);
+    z[t] = tq_digit(m);
+    m = _mm512_add_epi8(m, _mm512_add_epi8(m, m));
   }
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_load_si512(q + 64 * n);
+  out.q[0] = _mm512_shuffle_i64x2(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0));
+  out.q[1] = _mm512_shuffle_i64x2(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i x = _mm512_shuffle_i64x2(z[0], z[1], _MM_SHUFFLE(2, 2, 2, 2));
+  out.q[2] = _mm512_shuffle_i64x2(z[4], x, _MM_SHUFFLE(2, 0, 1, 0));
+  // Elements 192..255: lane 2 of Z[2], Z[3], Z[4], then dword 12 (qh's digits) of Z[0..3].
+  const __m512i y = _mm512_shuffle_i64x2(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));
+  __m512i c3 = _mm512_permutex2var_epi32(y, _mm512_set_epi32(12, 4, 0, 0, 27, 26, 25, 24, 11, 10, 9, 8, 3, 2, 1, 0), z[4]);
+  const __m512i h01 = _mm512_permutex2var_epi32(z[0], _mm512_set_epi32(0, 0, 28, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z[1]);
+  out.q[3] = _mm512_mask_mov_epi32(c3, 0x3000, h01);
   out.scale = _mm512_set1_ps(iq_fp16(blk + 52));
 }
 
-// TQ2_0: element 128h + 32l + m is bits 2l.. of qs[32h + m].
+// TQ2_0: element 128h + 32l + m is bits 2l.. of qs[32h + m] (the digit t).
 inline void iq_decode_tq2_0(const uint8_t* blk, IqBlock& out) {
-  const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  const __m512i three = _mm512_set1_epi8(3);
   for (int h = 0; h < 2; ++h) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * h));
     const __m512i bb = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 2), 1);
-    out.q[2 * h] = _mm512_sub_epi8(_mm512_and_si512(bb, three), one);
-    out.q[2 * h + 1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(bb, 4), three), one);
+    out.q[2 * h] = _mm512_and_si512(bb, three);
+    out.q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(bb, 4), three);
   }
   out.scale = _mm512_set1_ps(iq_fp16(blk + 64));
 }

@@ -10,8 +10,8 @@
 // (Order: sub-block s of 16 in lane s, or of 32 in lanes 2s and 2s + 1): the four
 // vpdpbusd of a block chain into one vector of sub-block sums, which meets the 16 lane
 // scales in one multiply-add. vpdpbusd wants unsigned
-// weights: they are stored as q + 128 and each chain starts at -128 x sum(x_q) of its
-// sub-block (stored with the activations).
+// weights: they are stored as q + 128 (ternary: + 1) and each chain starts at -128 (1) x
+// the sum of the activation bytes it meets (stored with the activations).
 //
 // Prefill: a tile of kRw weight rows is decoded once into an L1/L2-resident buffer and
 // met by every activation row of the chunk the stack holds (decoding costs as much as a
@@ -91,6 +91,11 @@ constexpr Order kOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS ||
                          : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? Order::natural
                                                                              : Order::lanes16;
 
+// Weights are stored unsigned as q + kOffset: 128 (a flip of the top bit), or for the
+// ternary types the digit their bytes hold (q + 1).
+template <TensorType T>
+constexpr int kOffset = T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? 1 : 128;
+
 template <TensorType T>
 inline void decode(const uint8_t* blk, WBlock& out) {
   IqBlock b;
@@ -107,7 +112,10 @@ inline void decode(const uint8_t* blk, WBlock& out) {
   __m512i t[4];
   if constexpr (kOrder<T> == Order::lanes16) to_lanes(b.q, t);
   const __m512i flip = _mm512_set1_epi8(-128);  // q + 128 as a byte: flip the top bit
-  for (int c = 0; c < 4; ++c) out.u[c] = _mm512_xor_si512(kOrder<T> == Order::lanes16 ? t[c] : b.q[c], flip);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q = kOrder<T> == Order::lanes16 ? t[c] : b.q[c];
+    out.u[c] = kOffset<T> == 128 ? _mm512_xor_si512(q, flip) : q;
+  }
   out.scale = b.scale;
 }
 
@@ -127,16 +135,16 @@ inline Act act_at(uint8_t* base, size_t n_blocks, size_t b) {
 }
 
 // An activation row in the order of the weights (Order), with each lane's chain start
-// -128 x the sum of the bytes that meet it (vpdpbusd of 128s against them).
+// -offset x the sum of the bytes that meet it (vpdpbusd of the offset against them).
 template <Order O>
-void prepare_row(const float* x, size_t k, uint8_t* scratch, uint8_t* out) {
+void prepare_row(const float* x, size_t k, int offset, uint8_t* scratch, uint8_t* out) {
   const size_t n_blocks = k / 256;
   Vec::prepare_q8_256(x, k, scratch);
   const packed::ActRow256 r = packed::act_row256(scratch, k, 0);
   auto* q = reinterpret_cast<__m512i*>(out);
   auto* init = reinterpret_cast<__m512i*>(out + 256 * n_blocks);
   auto* d = reinterpret_cast<float*>(out + 320 * n_blocks);
-  const __m512i k128 = _mm512_set1_epi8(-128);
+  const __m512i off = _mm512_set1_epi8(char(offset));
   for (size_t b = 0; b < n_blocks; ++b) {
     const int8_t* xb = r.q + 256 * b;
     __m512i in[4];
@@ -150,7 +158,7 @@ void prepare_row(const float* x, size_t k, uint8_t* scratch, uint8_t* out) {
     else
       for (int c = 0; c < 4; ++c) q[4 * b + c] = in[c];
     __m512i s = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c) s = _mm512_dpbusd_epi32(s, k128, q[4 * b + c]);
+    for (int c = 0; c < 4; ++c) s = _mm512_dpbusd_epi32(s, off, q[4 * b + c]);
     init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
     d[b] = r.d[b];
   }
@@ -212,7 +220,7 @@ void gemm_iq(const GemmArgs& a) {
   const size_t chunk = kActBytes / stride;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += chunk) {
     const size_t nb = a.n_batch - b0 < chunk ? a.n_batch - b0 : chunk;
-    for (size_t b = 0; b < nb; ++b) prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, scratch, act + b * stride);
+    for (size_t b = 0; b < nb; ++b) prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
     for (size_t r = a.r0; r < a.r1; r += kRw) {
       const int mr = int(a.r1 - r < size_t(kRw) ? a.r1 - r : size_t(kRw));
       for (int i = 0; i < mr; ++i) {
