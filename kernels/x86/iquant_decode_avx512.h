@@ -245,34 +245,43 @@ inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
   iq1_finish(out.q, negative);
   uint64_t all;
   std::memcpy(&all, sc, 8);
-  alignas(64) int32_t s16[16];  // lane s: word s / 4, bits 3(s % 4)..
-  for (int s = 0; s < 16; ++s) s16[s] = int32_t((all >> (16 * (s / 4) + 3 * (s % 4))) & 7);
-  const __m512i s = _mm512_load_si512(s16);
+  // Lane s: bits 16(s / 4) + 3(s % 4).. of the 64-bit scale string, in two halves of 8.
+  const __m512i str = _mm512_set1_epi64((long long)all);
+  const __m512i lo = _mm512_srlv_epi64(str, _mm512_set_epi64(25, 22, 19, 16, 9, 6, 3, 0));
+  const __m512i hi = _mm512_srlv_epi64(str, _mm512_set_epi64(57, 54, 51, 48, 41, 38, 35, 32));
+  const __m512i s = _mm512_and_si512(
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)), _mm512_cvtepi64_epi32(hi), 1), _mm512_set1_epi32(7));
   const __m512i odd = _mm512_add_epi32(_mm512_slli_epi32(s, 1), _mm512_set1_epi32(1));
   out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(odd)), _mm512_set1_ps(0.125f));
 }
 
 // IQ4_XS (for weights left in the file's layout; packed ones have their own tiles):
-// 4-bit codes into kIq4nlValues (|q| <= 127), 6-bit scales per 32; q + 128 still fits a byte.
+// 4-bit codes into kIq4nlValues (|q| <= 127), 6-bit scales per 32, in the qword
+// interleave and given as q + 128 (the lookup table's). Qword c of sub-block s is the low
+// (c < 2) or high nibbles of qword 2s + c % 2 of qs.
 inline void iq_decode_iq4_xs(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
-  const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
-  // 128-bit lanes 1 and 3 take the high nibbles of the bytes lanes 0 and 2 take the low.
-  const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-  for (int n = 0; n < 4; ++n) {
-    const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 + 32 * n)));
-    const __m512i codes = _mm512_and_si512(
-        _mm512_srlv_epi64(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0)), shift), _mm512_set1_epi8(0x0f));
-    out.q[n] = _mm512_shuffle_epi8(values, codes);
-  }
+  alignas(16) uint8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = uint8_t(kIq4nlValues[i] + 128);
+  const __m512i values = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  const __m512i q0 = _mm512_loadu_si512(blk + 8), q1 = _mm512_loadu_si512(blk + 72), low4 = _mm512_set1_epi8(0x0f);
+  const __m512i even = _mm512_permutex2var_epi64(q0, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), q1);
+  const __m512i odd = _mm512_permutex2var_epi64(q0, _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1), q1);
+  out.q[0] = _mm512_shuffle_epi8(values, _mm512_and_si512(even, low4));
+  out.q[1] = _mm512_shuffle_epi8(values, _mm512_and_si512(odd, low4));
+  out.q[2] = _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(even, 4), low4));
+  out.q[3] = _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(odd, 4), low4));
   uint16_t high;
   uint32_t low;
   std::memcpy(&high, blk + 2, 2);
   std::memcpy(&low, blk + 4, 4);
-  alignas(32) int32_t ls[8];
-  for (int g = 0; g < 8; ++g) ls[g] = int32_t(((low >> (4 * g)) & 15) | ((high >> (2 * g)) & 3) << 4) - 32;
-  out.scale = iq_spread8(
-      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)))));
+  const __m256i g = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i ls_low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(low)), _mm256_slli_epi32(g, 2)),
+                                          _mm256_set1_epi32(15));
+  const __m256i ls_high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_add_epi32(g, g)),
+                                           _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(ls_low, _mm256_slli_epi32(ls_high, 4)), _mm256_set1_epi32(32));
+  out.scale = iq_spread8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(ls)));
 }
 
 // Ternary digits of bytes holding the fraction value / 3^5 rounded up: multiplying by 3

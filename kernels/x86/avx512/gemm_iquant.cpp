@@ -86,15 +86,17 @@ constexpr size_t kBlockBytes = T == TensorType::IQ2_XXS   ? sizeof(block_iq2_xxs
 enum class Order { lanes16, lanes32, natural };
 template <TensorType T>
 constexpr Order kOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ||
-                                 T == TensorType::IQ1_S
+                                 T == TensorType::IQ1_S || T == TensorType::IQ4_XS
                              ? Order::lanes32
                          : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? Order::natural
                                                                              : Order::lanes16;
 
 // Weights are stored unsigned as q + kOffset: 128 (a flip of the top bit), or for the
-// ternary types the digit their bytes hold (q + 1).
+// ternary types the digit their bytes hold (q + 1). kRaw: the decoder gives q + kOffset.
 template <TensorType T>
 constexpr int kOffset = T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? 1 : 128;
+template <TensorType T>
+constexpr bool kRaw = T == TensorType::TQ1_0 || T == TensorType::TQ2_0 || T == TensorType::IQ4_XS;
 
 template <TensorType T>
 inline void decode(const uint8_t* blk, WBlock& out) {
@@ -114,7 +116,7 @@ inline void decode(const uint8_t* blk, WBlock& out) {
   const __m512i flip = _mm512_set1_epi8(-128);  // q + 128 as a byte: flip the top bit
   for (int c = 0; c < 4; ++c) {
     const __m512i q = kOrder<T> == Order::lanes16 ? t[c] : b.q[c];
-    out.u[c] = kOffset<T> == 128 ? _mm512_xor_si512(q, flip) : q;
+    out.u[c] = kRaw<T> ? q : _mm512_xor_si512(q, flip);
   }
   out.scale = b.scale;
 }
@@ -193,6 +195,27 @@ void tile(const WBlock* w, const Act* x, size_t n_blocks, float* y, size_t ldy) 
     for (int j = 0; j < NR; ++j) y[j * ldy + i] = Vec::hsum(acc[i][j]);
 }
 
+// A single activation row (decode): each block decoded into registers and used at once,
+// the operations of tile<MR, 1> without the buffer's stores and loads (the same bits).
+template <TensorType T>
+void rows_direct(const GemmArgs& a, const Act& x, size_t r0, size_t r1, size_t n_blocks, float* y) {
+  for (size_t r = r0; r < r1; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < n_blocks; ++b) {
+      WBlock wb;
+      decode<T>(row + b * kBlockBytes<T>, wb);
+      const __m512i* xq = x.q + 4 * b;
+      __m512i s = _mm512_dpbusd_epi32(x.init[b], wb.u[0], xq[0]);
+      s = _mm512_dpbusd_epi32(s, wb.u[1], xq[1]);
+      s = _mm512_dpbusd_epi32(s, wb.u[2], xq[2]);
+      s = _mm512_dpbusd_epi32(s, wb.u[3], xq[3]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wb.scale, _mm512_set1_ps(x.d[b])), acc);
+    }
+    y[r] = Vec::hsum(acc);
+  }
+}
+
 using TileFn = void (*)(const WBlock*, const Act*, size_t, float*, size_t);
 template <int MR, int... NR>
 constexpr void fill_row(TileFn* row, std::integer_sequence<int, NR...>) {
@@ -221,6 +244,10 @@ void gemm_iq(const GemmArgs& a) {
   for (size_t b0 = 0; b0 < a.n_batch; b0 += chunk) {
     const size_t nb = a.n_batch - b0 < chunk ? a.n_batch - b0 : chunk;
     for (size_t b = 0; b < nb; ++b) prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
+    if (nb == 1) {
+      rows_direct<T>(a, act_at(act, n_blocks, 0), a.r0, a.r1, n_blocks, a.y + b0 * a.ldy);
+      continue;
+    }
     for (size_t r = a.r0; r < a.r1; r += kRw) {
       const int mr = int(a.r1 - r < size_t(kRw) ? a.r1 - r : size_t(kRw));
       for (int i = 0; i < mr; ++i) {
