@@ -1,10 +1,18 @@
 #pragma once
 // Internal to kernels/x86/iquant_gemm_avx2.h (AVX2 flags): one 256-element block of an
 // i-quant or ternary type (file layout, kernels/quant_iq.h) -> its elements as signed
-// integers q in eight 32-byte vectors in element order (vector v: elements 32v..32v+31),
-// and the float scales of each 32's first and second 16 elements (lane v of scale[0] and
-// scale[1]). The integer forms and scales are those of kernels/x86/iquant_decode_avx512.h;
-// codebook rows come by vpgather (4 qwords or 8 dwords at a time).
+// integers q in eight 32-byte vectors and the float scales of their 8 lanes, so that each
+// lane of vectors 0..3 belongs to one sub-block throughout (scale[0]) and so does each
+// lane of vectors 4..7 (scale[1]). Orders (kernels/x86/iquant_gemm_avx2.h transposes the
+// first, the activations follow each):
+//  * element order (vector v: elements 32v..32v+31) for scales per 16 (IQ2_XS, IQ2_S,
+//    IQ1_M): lane v of scale[0] / scale[1] is the scale of 32v's first / second 16;
+//  * the qword interleave for scales per 32 (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S), fetched so
+//    by the codebook gathers: qword j of vector c = elements 32g + 8(c % 4) .. + 7 of
+//    group g = j + 4(c / 4), so scale[h] holds groups 4h..4h+3 in lane pairs;
+//  * element order for TQ1_0/TQ2_0 (one scale), given as digits (q + 1).
+// The integer forms and scales are those of kernels/x86/iquant_decode_avx512.h; codebook
+// rows come by vpgather (4 qwords or 8 dwords at a time).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -69,6 +77,24 @@ inline __m256 iq2_half_scales(float d, __m256i ls, float f) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(ls))),
                        _mm256_set1_ps(f));
 }
+// The qword interleave's signs: byte g of qword l of the transposed string is the sign
+// byte of group g's 8 elements 8l.., and vector c takes groups 4(c / 4).. of l = c % 4.
+inline void iq2_apply_signs32(__m256i q[8], __m256i signs) {
+  const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                      0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  alignas(32) uint32_t w[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w), t);
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int c = 0; c < 8; ++c) q[c] = _mm256_sign_epi8(q[c], _mm256_or_si256(iq2_mask(w[2 * (c % 4) + c / 4]), one));
+}
+// Eight per-32 scales -> lane pairs of groups 0..3 and 4..7.
+inline void iq2_split8(__m256 v, __m256 scale[2]) {
+  scale[0] = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  scale[1] = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+}
+inline __m128i iq2_half(__m256i v, int c) { return c < 4 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1); }
+
 // IQ2_XS / IQ2_S scales: byte g's low nibble for the first 16 of group g, high for the rest.
 inline void iq2_nibble_scales(float d, const uint8_t* sc, __m256 scale[2]) {
   const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
@@ -80,11 +106,14 @@ inline void iq_decode2_iq2_xxs(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const __m256 q0 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
   const __m256 q1 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)));
+  const __m256i idx = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0x88)), 0xd8);
   const __m256i aux = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0xdd)), 0xd8);
   const auto* grid = reinterpret_cast<const long long*>(kIq2xxsGrid);
-  for (int v = 0; v < 8; ++v) out.q[v] = _mm256_i32gather_epi64(grid, iq2_bytes4(blk + 2 + 8 * v), 8);
-  iq2_apply_sign_bytes(out.q, iq2_signs_of_fields(aux));
-  out.scale[0] = out.scale[1] = iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f);
+  for (int c = 0; c < 8; ++c)  // index byte c % 4 of groups 4(c / 4)..
+    out.q[c] = _mm256_i32gather_epi64(
+        grid, _mm_and_si128(_mm_srli_epi32(iq2_half(idx, c), 8 * (c % 4)), _mm_set1_epi32(255)), 8);
+  iq2_apply_signs32(out.q, iq2_signs_of_fields(aux));
+  iq2_split8(iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f), out.scale);
 }
 
 inline void iq_decode2_iq2_xs(const uint8_t* blk, IqBlock2& out) {
@@ -113,33 +142,43 @@ inline void iq_decode2_iq2_s(const uint8_t* blk, IqBlock2& out) {
   iq2_nibble_scales(d, blk + 74, out.scale);
 }
 
+// IQ3: the index bytes 8g + 2l, 8g + 2l + 1 of the four groups of vector c (l = c % 4).
+inline __m256i iq2_row_pairs(const uint8_t* qs, int c) {
+  const int l = c % 4;
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (c / 4)));
+  const __m256i pick = _mm256_setr_epi8(2 * l, 2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        2 * l, 2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+  return _mm256_cvtepu8_epi32(_mm256_castsi256_si128(b));
+}
+
 inline void iq_decode2_iq3_xxs(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
-  for (int v = 0; v < 8; ++v)
-    out.q[v] = _mm256_i32gather_epi32(
-        grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v))), 4);
+  for (int c = 0; c < 8; ++c) out.q[c] = _mm256_i32gather_epi32(grid, iq2_row_pairs(blk + 2, c), 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
-  iq2_apply_sign_bytes(out.q, iq2_signs_of_fields(aux));
-  out.scale[0] = out.scale[1] = iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f);
+  iq2_apply_signs32(out.q, iq2_signs_of_fields(aux));
+  iq2_split8(iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f), out.scale);
 }
 
 inline void iq_decode2_iq3_s(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
-  for (int v = 0; v < 8; ++v) {
-    const __m256i hi =
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(blk[66 + v]), lane), one), 8);
-    const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
-    out.q[v] = _mm256_i32gather_epi32(grid, _mm256_or_si256(low, hi), 4);
+  const __m256i one = _mm256_set1_epi32(1);
+  for (int c = 0; c < 8; ++c) {
+    const int l = c % 4;
+    // qh[g] in both dwords of qword j; row 8g + 2l + h takes its bit 2l + h.
+    const __m256i qh = _mm256_shuffle_epi32(_mm256_cvtepu32_epi64(iq2_bytes4(blk + 66 + 4 * (c / 4))), 0xa0);
+    const __m256i shift = _mm256_setr_epi32(2 * l, 2 * l + 1, 2 * l, 2 * l + 1, 2 * l, 2 * l + 1, 2 * l, 2 * l + 1);
+    const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, shift), one), 8);
+    out.q[c] = _mm256_i32gather_epi32(grid, _mm256_or_si256(iq2_row_pairs(blk + 2, c), hi), 4);
   }
-  iq2_apply_signs(out.q, blk + 74);
-  const __m256i s = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-      _mm256_set1_epi32(15));
-  out.scale[0] = out.scale[1] =
-      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one)));
+  iq2_apply_signs32(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
+  const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))),
+                                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                     _mm256_set1_epi32(15));
+  iq2_split8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one))),
+             out.scale);
 }
 
 // IQ1 rows of -1/0/1 bytes times 8, plus the delta's +-1 (delta: 4 qword values).
@@ -153,19 +192,20 @@ constexpr long long kPlusOnes = 0x0101010101010101ll, kMinusOnes = -1ll;
 inline void iq_decode2_iq1_s(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
-  const __m128i shift = _mm_setr_epi32(0, 3, 6, 9), seven = _mm_set1_epi32(7);
-  alignas(32) int32_t s[8];
-  for (int v = 0; v < 8; ++v) {
-    uint16_t qh;
-    std::memcpy(&qh, blk + 34 + 2 * v, 2);
-    const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(qh), shift), seven), 8);
-    const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(iq2_bytes4(blk + 2 + 4 * v), hi), 8);
-    out.q[v] = iq2_eight_plus(g, _mm256_set1_epi64x(qh & 0x8000 ? kMinusOnes : kPlusOnes));
-    s[v] = 2 * ((qh >> 12) & 7) + 1;
+  const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));  // dword g: group g's 4 bytes
+  const __m256i qh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 34)));
+  const __m256i negative = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+  for (int c = 0; c < 8; ++c) {  // row 4g + l: byte l of qs's dword g, bits 3l.. of qh[g]
+    const int l = c % 4;
+    const __m128i low = _mm_and_si128(_mm_srli_epi32(iq2_half(qs, c), 8 * l), _mm_set1_epi32(255));
+    const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(iq2_half(qh, c), 3 * l), _mm_set1_epi32(7)), 8);
+    const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(low, hi), 8);
+    const __m256i neg = _mm256_cvtepi32_epi64(iq2_half(negative, c));
+    out.q[c] = iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
   }
-  out.scale[0] = out.scale[1] = _mm256_mul_ps(
-      _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)))),
-      _mm256_set1_ps(0.125f));
+  const __m256i s = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
+  const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+  iq2_split8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)), out.scale);
 }
 
 inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
@@ -190,12 +230,11 @@ inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
         _mm256_set1_ps(0.125f));
 }
 
-// Ternary digit n of 16 bytes: ((uint8)(byte * 3^n) * 3) >> 8, minus 1, as 16 bytes.
+// Ternary digit n of 16 bytes: ((uint8)(byte * 3^n) * 3) >> 8, as 16 bytes.
 inline __m128i iq2_trits(__m128i bytes, int pow3) {
   const __m256i w = _mm256_cvtepu8_epi16(bytes);
   const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(w, _mm256_set1_epi16(int16_t(pow3))), _mm256_set1_epi16(255));
-  const __m256i t =
-      _mm256_sub_epi16(_mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8), _mm256_set1_epi16(1));
+  const __m256i t = _mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8);
   return _mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
 
@@ -220,10 +259,10 @@ inline void iq_decode2_tq1_0(const uint8_t* blk, IqBlock2& out) {
 }
 
 inline void iq_decode2_tq2_0(const uint8_t* blk, IqBlock2& out) {
-  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i three = _mm256_set1_epi8(3);
   for (int v = 0; v < 8; ++v) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 4)));
-    out.q[v] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(b, 2 * (v % 4)), three), one);
+    out.q[v] = _mm256_and_si256(_mm256_srli_epi16(b, 2 * (v % 4)), three);
   }
   out.scale[0] = out.scale[1] = _mm256_set1_ps(iq2_fp16(blk + 64));
 }

@@ -3,9 +3,11 @@
 // included by kernels/x86/avx2/gemm_iquant.cpp (plain AVX2, KILN_IQ_VNNI 0) and
 // gemm_iquant_vnni.cpp (-mavxvnni, KILN_IQ_VNNI 1); everything has internal linkage.
 // The scheme of kernels/x86/avx512/gemm_iquant.cpp on 8 lanes: a block's eight 32-byte
-// vectors are stored transposed, lane l of vector c holding elements 32l + 4c .. + 3, so
-// vectors 0..3 chain into the sums of the first 16 of each 32 and vectors 4..7 into the
-// second 16s, each meeting its 8 scales once.
+// vectors are stored in an order where each lane of vectors 0..3 belongs to one sub-block
+// in all four, and so does each lane of vectors 4..7 (transposed: lane l of vector c holds
+// elements 32l + 4c .. + 3; or the decoders' qword interleave), so vectors 0..3 chain into
+// one vector of sub-block sums and vectors 4..7 into another, each meeting its 8 scales
+// once. The activations are stored in the same order.
 //
 // Weights are stored as q + kOffset<T> (the largest |q| of the type) so that they are
 // unsigned for vpmaddubsw / vpdpbusd, and each chain starts at -kOffset x its activation
@@ -32,6 +34,19 @@ constexpr size_t kIqMaxK = 16384;
 constexpr size_t kIqMaxBlocks = kIqMaxK / 256;
 constexpr int kIqRw = 4, kIqRb = 2;
 constexpr size_t kIqActBytes = 96 * 1024;
+
+// The decoders' orders (kernels/x86/iquant_decode_avx2.h): element order transposed here
+// into lanes (scales per 16), the qword interleave (per 32), element order (one scale).
+enum class IqOrder { lanes, lanes32, natural };
+template <TensorType T>
+constexpr IqOrder kIqOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ||
+                                     T == TensorType::IQ1_S
+                                 ? IqOrder::lanes32
+                             : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? IqOrder::natural
+                                                                                 : IqOrder::lanes;
+// The ternary decoders give the digit, q + 1, already.
+template <TensorType T>
+constexpr bool kIqRaw = T == TensorType::TQ1_0 || T == TensorType::TQ2_0;
 
 template <TensorType T>
 constexpr int kOffset = T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ? 62
@@ -96,8 +111,11 @@ inline void iq_decode(const uint8_t* blk, WBlock2& out) {
   else
     iq_decode2_tq2_0(blk, b);
   const __m256i off = _mm256_set1_epi8(char(kOffset<T>));
-  for (int v = 0; v < 8; ++v) b.q[v] = _mm256_add_epi8(b.q[v], off);
-  iq_to_lanes(b.q, out.u);
+  if constexpr (!kIqRaw<T>)
+    for (int v = 0; v < 8; ++v) b.q[v] = _mm256_add_epi8(b.q[v], off);
+  if constexpr (kIqOrder<T> == IqOrder::lanes) iq_to_lanes(b.q, out.u);
+  else
+    for (int v = 0; v < 8; ++v) out.u[v] = b.q[v];
   out.scale[0] = b.scale[0];
   out.scale[1] = b.scale[1];
 }
@@ -116,22 +134,35 @@ inline IqAct iq_act_at(uint8_t* base, size_t n_blocks, size_t b) {
           reinterpret_cast<const float*>(p + 320 * n_blocks)};
 }
 
-inline void iq_prepare_row(const float* x, size_t k, int offset, uint8_t* scratch, uint8_t* out) {
+template <IqOrder O>
+void iq_prepare_row(const float* x, size_t k, int offset, uint8_t* scratch, uint8_t* out) {
   const size_t n_blocks = k / 256;
   Vec::prepare_q8_256(x, k, scratch);
   const packed::ActRow256 r = packed::act_row256(scratch, k, 0);
   auto* q = reinterpret_cast<__m256i*>(out);
   auto* init = reinterpret_cast<__m256i*>(out + 256 * n_blocks);
   auto* d = reinterpret_cast<float*>(out + 320 * n_blocks);
-  const __m256i neg = _mm256_set1_epi32(-offset);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1), neg = _mm256_set1_epi32(-offset);
   for (size_t b = 0; b < n_blocks; ++b) {
+    const int8_t* xb = r.q + 256 * b;
     __m256i in[8];
-    for (int v = 0; v < 8; ++v) in[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.q + 256 * b + 32 * v));
-    iq_to_lanes(in, q + 8 * b);
-    // Lane l: the int16 pair (sum of sub-block 2l, of 2l + 1).
-    const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.s16 + 16 * b));
-    init[2 * b] = _mm256_mullo_epi32(_mm256_srai_epi32(_mm256_slli_epi32(pairs, 16), 16), neg);
-    init[2 * b + 1] = _mm256_mullo_epi32(_mm256_srai_epi32(pairs, 16), neg);
+    for (int v = 0; v < 8; ++v) {
+      if constexpr (O == IqOrder::lanes32)  // qword j of vector v: qword 4(j + 4(v / 4)) + v % 4
+        in[v] = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(xb),
+                                       _mm_add_epi32(_mm_setr_epi32(0, 4, 8, 12), _mm_set1_epi32(16 * (v / 4) + v % 4)), 8);
+      else
+        in[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32 * v));
+    }
+    if constexpr (O == IqOrder::lanes) iq_to_lanes(in, q + 8 * b);
+    else
+      for (int v = 0; v < 8; ++v) q[8 * b + v] = in[v];
+    // Each chain's start: -offset x the sum of the bytes of its four vectors in each lane.
+    for (int h = 0; h < 2; ++h) {
+      __m256i sum = _mm256_setzero_si256();
+      for (int v = 4 * h; v < 4 * h + 4; ++v)
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q[8 * b + v]), ones16));
+      init[2 * b + h] = _mm256_mullo_epi32(sum, neg);
+    }
     d[b] = r.d[b];
   }
 }
@@ -170,6 +201,26 @@ void iq_tile(const WBlock2* w, const IqAct* x, size_t n_blocks, float* y, size_t
     for (int j = 0; j < NR; ++j) y[j * ldy + i] = Vec::hsum(acc[i][j]);
 }
 
+// A single activation row (decode): blocks decoded into registers and used at once, the
+// operations of iq_tile<MR, 1> without the buffer (the same bits).
+template <TensorType T>
+void iq_rows_direct(const GemmArgs& a, const IqAct& x, size_t n_blocks, float* y) {
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < n_blocks; ++b) {
+      WBlock2 wb;
+      iq_decode<T>(row + b * kIqBlockBytes<T>, wb);
+      const __m256i* xq = x.q + 8 * b;
+      const __m256 dx = _mm256_set1_ps(x.d[b]);
+      const __m256i sa = iq_chain(x.init[2 * b], wb.u, xq), sb = iq_chain(x.init[2 * b + 1], wb.u + 4, xq + 4);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(wb.scale[0], dx), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb), _mm256_mul_ps(wb.scale[1], dx), acc);
+    }
+    y[r] = Vec::hsum(acc);
+  }
+}
+
 using IqTileFn = void (*)(const WBlock2*, const IqAct*, size_t, float*, size_t);
 constexpr IqTileFn kIqTiles[kIqRw + 1][kIqRb + 1] = {{nullptr, nullptr, nullptr},
                                                      {nullptr, &iq_tile<1, 1>, &iq_tile<1, 2>},
@@ -186,7 +237,12 @@ void iq_gemm(const GemmArgs& a) {
   const size_t stride = iq_act_stride(n_blocks), chunk = kIqActBytes / stride;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += chunk) {
     const size_t nb = a.n_batch - b0 < chunk ? a.n_batch - b0 : chunk;
-    for (size_t b = 0; b < nb; ++b) iq_prepare_row(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
+    for (size_t b = 0; b < nb; ++b)
+      iq_prepare_row<kIqOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
+    if (nb == 1) {
+      iq_rows_direct<T>(a, iq_act_at(act, n_blocks, 0), n_blocks, a.y + b0 * a.ldy);
+      continue;
+    }
     for (size_t r = a.r0; r < a.r1; r += kIqRw) {
       const int mr = int(a.r1 - r < size_t(kIqRw) ? a.r1 - r : size_t(kIqRw));
       for (int i = 0; i < mr; ++i) {
