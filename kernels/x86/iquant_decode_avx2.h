@@ -209,52 +209,63 @@ inline void iq_decode2_iq1_s(const uint8_t* blk, IqBlock2& out) {
 }
 
 inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
-  uint16_t sc[4];
-  std::memcpy(sc, blk + 48, 8);
-  const float d = _cvtsh_ss(uint16_t((sc[0] >> 12) | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12));
+  uint64_t all;
+  std::memcpy(&all, blk + 48, 8);
+  const uint16_t d_bits = uint16_t(((all >> 12) & 0xf) | ((all >> 24) & 0xf0) | ((all >> 36) & 0xf00) | ((all >> 48) & 0xf000));
+  const float d = _cvtsh_ss(d_bits);
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
-  alignas(32) int32_t s[2][8];
-  for (int v = 0; v < 8; ++v) {
-    const uint8_t h0 = blk[32 + 2 * v], h1 = blk[33 + 2 * v];
-    const int nib[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
-    const __m128i hi = _mm_setr_epi32((nib[0] & 7) << 8, (nib[1] & 7) << 8, (nib[2] & 7) << 8, (nib[3] & 7) << 8);
-    const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(iq2_bytes4(blk + 4 * v), hi), 8);
-    const __m256i delta = _mm256_setr_epi64x(nib[0] & 8 ? kMinusOnes : kPlusOnes, nib[1] & 8 ? kMinusOnes : kPlusOnes,
-                                             nib[2] & 8 ? kMinusOnes : kPlusOnes, nib[3] & 8 ? kMinusOnes : kPlusOnes);
-    out.q[v] = iq2_eight_plus(g, delta);
-    for (int h = 0; h < 2; ++h) s[h][v] = 2 * ((sc[v / 2] >> (6 * (v % 2) + 3 * h)) & 7) + 1;
+  const __m128i nib_shift = _mm_setr_epi32(0, 4, 8, 12);
+  for (int v = 0; v < 8; ++v) {  // groups of 8 k = 4v + l: nibble l of the word qh[2v] | qh[2v + 1] << 8
+    uint16_t w;
+    std::memcpy(&w, blk + 32 + 2 * v, 2);
+    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(w), nib_shift), _mm_set1_epi32(15));
+    const __m128i idx = _mm_or_si128(iq2_bytes4(blk + 4 * v), _mm_slli_epi32(_mm_and_si128(nib, _mm_set1_epi32(7)), 8));
+    const __m256i g = _mm256_i32gather_epi64(grid, idx, 8);
+    const __m256i neg = _mm256_cvtepi32_epi64(_mm_cmpeq_epi32(_mm_and_si128(nib, _mm_set1_epi32(8)), _mm_set1_epi32(8)));
+    out.q[v] = iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
   }
-  for (int h = 0; h < 2; ++h)
-    out.scale[h] = _mm256_mul_ps(
-        _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s[h])))),
-        _mm256_set1_ps(0.125f));
+  // Sub-block 2v + h: bits 16(v / 2) + 6(v % 2) + 3h.. of the 64-bit scale string.
+  for (int h = 0; h < 2; ++h) {
+    const __m256i str = _mm256_set1_epi64x((long long)all);
+    const __m256i a = _mm256_srlv_epi64(str, _mm256_setr_epi64x(3 * h, 6 + 3 * h, 16 + 3 * h, 22 + 3 * h));
+    const __m256i b = _mm256_srlv_epi64(str, _mm256_setr_epi64x(32 + 3 * h, 38 + 3 * h, 48 + 3 * h, 54 + 3 * h));
+    const __m256i lows = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)),
+                                            _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 0, 2, 4, 6)), 0xf0);
+    const __m256i s = _mm256_and_si256(lows, _mm256_set1_epi32(7));
+    const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+    out.scale[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f));
+  }
 }
 
-// Ternary digit n of 16 bytes: ((uint8)(byte * 3^n) * 3) >> 8, as 16 bytes.
-inline __m128i iq2_trits(__m128i bytes, int pow3) {
-  const __m256i w = _mm256_cvtepu8_epi16(bytes);
-  const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(w, _mm256_set1_epi16(int16_t(pow3))), _mm256_set1_epi16(255));
-  const __m256i t = _mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8);
-  return _mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+// The leading ternary digit of bytes m holding fractions of 3^5 (see
+// kernels/x86/iquant_decode_avx512.h): (m > 85) + (m > 170), unsigned, by max and compare.
+inline __m256i iq2_trit(__m256i m) {
+  const __m256i gt85 = _mm256_cmpeq_epi8(_mm256_max_epu8(m, _mm256_set1_epi8(86)), m);
+  const __m256i gt170 = _mm256_cmpeq_epi8(_mm256_max_epu8(m, _mm256_set1_epi8(char(171))), m);
+  return _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_add_epi8(gt85, gt170));
 }
 
+// Digit t of qs[0..32) is elements 32t..; of qs[32..48) elements 160 + 16t..; of qh
+// elements 240 + 4t.. (t < 4). Digits of the next position: the bytes times 3, mod 256.
 inline void iq_decode2_tq1_0(const uint8_t* blk, IqBlock2& out) {
-  static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
-  alignas(32) int8_t q[256];
-  const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-  const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16));
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32));
-  const __m128i h = _mm_cvtsi32_si128(int(iq2_u32(blk + 48)));
+  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+  __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))),
+                                      _mm_cvtsi32_si128(int(iq2_u32(blk + 48))), 1);
+  __m256i bd[5];
   for (int t = 0; t < 5; ++t) {
-    _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * t), iq2_trits(a0, kPow3[t]));
-    _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * t + 16), iq2_trits(a1, kPow3[t]));
-    _mm_store_si128(reinterpret_cast<__m128i*>(q + 160 + 16 * t), iq2_trits(b, kPow3[t]));
-    if (t < 4) {
-      const uint32_t four = uint32_t(_mm_cvtsi128_si32(iq2_trits(h, kPow3[t])));
-      std::memcpy(q + 240 + 4 * t, &four, 4);
-    }
+    out.q[t] = iq2_trit(a);
+    bd[t] = iq2_trit(b);
+    a = _mm256_add_epi8(a, _mm256_add_epi8(a, a));
+    b = _mm256_add_epi8(b, _mm256_add_epi8(b, b));
   }
-  for (int v = 0; v < 8; ++v) out.q[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * v));
+  out.q[5] = _mm256_permute2x128_si256(bd[0], bd[1], 0x20);
+  out.q[6] = _mm256_permute2x128_si256(bd[2], bd[3], 0x20);
+  // qh's digits: dword 4 of bd[0..3].
+  const __m256i h = _mm256_permutevar8x32_epi32(
+      _mm256_blend_epi32(_mm256_blend_epi32(bd[0], _mm256_slli_si256(bd[1], 4), 0x20),
+                         _mm256_blend_epi32(_mm256_slli_si256(bd[2], 8), _mm256_slli_si256(bd[3], 12), 0x80), 0xc0),
+      _mm256_setr_epi32(0, 0, 0, 0, 4, 5, 6, 7));
+  out.q[7] = _mm256_blend_epi32(bd[4], h, 0xf0);
   out.scale[0] = out.scale[1] = _mm256_set1_ps(iq2_fp16(blk + 52));
 }
 
