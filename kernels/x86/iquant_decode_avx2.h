@@ -23,6 +23,28 @@
 namespace kiln::kernels::avx2 {
 namespace {
 
+// A 7-bit sign field (bit 7 its parity, as kernels/scalar/quant_iq_dequant.cpp's
+// expand_signs) -> 8 bytes for vpsignb: 0xff (-1) negates the element, 1 keeps it.
+// Gathering these per group of 8 costs fewer instructions than spreading sign bits.
+constexpr uint64_t iq2_sign_word(uint32_t f) {
+  uint32_t parity = 0;
+  for (int b = 0; b < 7; ++b) parity ^= (f >> b) & 1;
+  const uint32_t e = f | parity << 7;
+  uint64_t w = 0;
+  for (int j = 0; j < 8; ++j) w |= uint64_t((e >> j) & 1 ? 0xff : 0x01) << (8 * j);
+  return w;
+}
+struct Iq2SignTable {
+  alignas(64) uint64_t w[128];
+  constexpr Iq2SignTable() : w{} {
+    for (uint32_t f = 0; f < 128; ++f) w[f] = iq2_sign_word(f);
+  }
+};
+constexpr Iq2SignTable kIq2Signs;
+inline __m256i iq2_sign_words(__m128i fields) {
+  return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(kIq2Signs.w), fields, 8);
+}
+
 struct IqBlock2 {
   __m256i q[8];
   __m256 scale[2];
@@ -50,28 +72,6 @@ inline __m256i iq2_mask(uint32_t bits) {
 inline void iq2_apply_signs(__m256i q[8], const uint8_t* s) {
   const __m256i one = _mm256_set1_epi8(1);
   for (int v = 0; v < 8; ++v) q[v] = _mm256_sign_epi8(q[v], _mm256_or_si256(iq2_mask(iq2_u32(s + 4 * v)), one));
-}
-inline __m256i iq2_add_parity(__m256i s) {
-  const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,  //
-                                          0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i lo = _mm256_shuffle_epi8(parity, _mm256_and_si256(s, low4));
-  const __m256i hi = _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_srli_epi16(s, 4), low4));
-  return _mm256_or_si256(s, _mm256_xor_si256(lo, hi));
-}
-// Eight dwords of four 7-bit sign fields (bits 7l..) -> 32 sign bytes (byte 4g + l).
-inline __m256i iq2_signs_of_fields(__m256i a) {
-  const __m256i m7 = _mm256_set1_epi32(127);
-  __m256i s = _mm256_and_si256(a, m7);
-  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 7), m7), 8));
-  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 14), m7), 16));
-  s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a, 21), m7), 24));
-  return iq2_add_parity(s);
-}
-inline void iq2_apply_sign_bytes(__m256i q[8], __m256i signs) {
-  alignas(32) uint8_t s[32];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(s), signs);
-  iq2_apply_signs(q, s);
 }
 inline __m256 iq2_half_scales(float d, __m256i ls, float f) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(ls))),
@@ -112,21 +112,20 @@ inline void iq_decode2_iq2_xxs(const uint8_t* blk, IqBlock2& out) {
   for (int c = 0; c < 8; ++c)  // index byte c % 4 of groups 4(c / 4)..
     out.q[c] = _mm256_i32gather_epi64(
         grid, _mm_and_si128(_mm_srli_epi32(iq2_half(idx, c), 8 * (c % 4)), _mm_set1_epi32(255)), 8);
-  iq2_apply_signs32(out.q, iq2_signs_of_fields(aux));
+  for (int c = 0; c < 8; ++c)  // sign field c % 4 of groups 4(c / 4)..
+    out.q[c] = _mm256_sign_epi8(
+        out.q[c], iq2_sign_words(_mm_and_si128(_mm_srli_epi32(iq2_half(aux, c), 7 * (c % 4)), _mm_set1_epi32(127))));
   iq2_split8(iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.25f), out.scale);
 }
 
 inline void iq_decode2_iq2_xs(const uint8_t* blk, IqBlock2& out) {
   const float d = iq2_fp16(blk);
   const auto* grid = reinterpret_cast<const long long*>(kIq2xsGrid);
-  const __m128i m9 = _mm_set1_epi32(511);
-  for (int v = 0; v < 8; ++v) {
+  for (int v = 0; v < 8; ++v) {  // words 4v..4v+3: 9-bit index | 7 sign bits
     const __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
-    out.q[v] = _mm256_i32gather_epi64(grid, _mm_and_si128(w, m9), 8);
+    const __m256i g = _mm256_i32gather_epi64(grid, _mm_and_si128(w, _mm_set1_epi32(511)), 8);
+    out.q[v] = _mm256_sign_epi8(g, iq2_sign_words(_mm_srli_epi32(w, 9)));
   }
-  const __m256i a = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), 9);
-  const __m256i b = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)), 9);
-  iq2_apply_sign_bytes(out.q, iq2_add_parity(_mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xd8)));
   iq2_nibble_scales(d, blk + 66, out.scale);
 }
 
@@ -157,7 +156,9 @@ inline void iq_decode2_iq3_xxs(const uint8_t* blk, IqBlock2& out) {
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
   for (int c = 0; c < 8; ++c) out.q[c] = _mm256_i32gather_epi32(grid, iq2_row_pairs(blk + 2, c), 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
-  iq2_apply_signs32(out.q, iq2_signs_of_fields(aux));
+  for (int c = 0; c < 8; ++c)
+    out.q[c] = _mm256_sign_epi8(
+        out.q[c], iq2_sign_words(_mm_and_si128(_mm_srli_epi32(iq2_half(aux, c), 7 * (c % 4)), _mm_set1_epi32(127))));
   iq2_split8(iq2_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f), out.scale);
 }
 
