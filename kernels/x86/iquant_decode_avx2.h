@@ -82,7 +82,8 @@ inline __m256 iq2_half_scales(float d, __m256i ls, float f) {
 inline void iq2_apply_signs32(__m256i q[8], __m256i signs) {
   const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
                                       0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  const __m256i t =
+      _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   alignas(32) uint32_t w[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(w), t);
   const __m256i one = _mm256_set1_epi8(1);
@@ -145,9 +146,11 @@ inline void iq_decode2_iq2_s(const uint8_t* blk, IqBlock2& out) {
 inline __m256i iq2_row_pairs(const uint8_t* qs, int c) {
   const int l = c % 4;
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (c / 4)));
-  const __m256i pick = _mm256_setr_epi8(2 * l, 2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                        2 * l, 2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+  const __m256i pick =
+      _mm256_setr_epi8(2 * l, 2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2 * l,
+                       2 * l + 1, 8 + 2 * l, 9 + 2 * l, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i b =
+      _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
   return _mm256_cvtepu8_epi32(_mm256_castsi256_si128(b));
 }
 
@@ -175,9 +178,9 @@ inline void iq_decode2_iq3_s(const uint8_t* blk, IqBlock2& out) {
     out.q[c] = _mm256_i32gather_epi32(grid, _mm256_or_si256(iq2_row_pairs(blk + 2, c), hi), 4);
   }
   iq2_apply_signs32(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
-  const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))),
-                                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                     _mm256_set1_epi32(15));
+  const __m256i s = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(int(iq2_u32(blk + 106))), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
   iq2_split8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, s), one))),
              out.scale);
 }
@@ -195,24 +198,28 @@ inline void iq_decode2_iq1_s(const uint8_t* blk, IqBlock2& out) {
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
   const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));  // dword g: group g's 4 bytes
   const __m256i qh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 34)));
-  const __m256i negative = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+  const __m256i negative =
+      _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
   for (int c = 0; c < 8; ++c) {  // row 4g + l: byte l of qs's dword g, bits 3l.. of qh[g]
     const int l = c % 4;
     const __m128i low = _mm_and_si128(_mm_srli_epi32(iq2_half(qs, c), 8 * l), _mm_set1_epi32(255));
     const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(iq2_half(qh, c), 3 * l), _mm_set1_epi32(7)), 8);
     const __m256i g = _mm256_i32gather_epi64(grid, _mm_or_si128(low, hi), 8);
     const __m256i neg = _mm256_cvtepi32_epi64(iq2_half(negative, c));
-    out.q[c] = iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
+    out.q[c] =
+        iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
   }
   const __m256i s = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
   const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
-  iq2_split8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)), out.scale);
+  iq2_split8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)),
+             out.scale);
 }
 
 inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
   uint64_t all;
   std::memcpy(&all, blk + 48, 8);
-  const uint16_t d_bits = uint16_t(((all >> 12) & 0xf) | ((all >> 24) & 0xf0) | ((all >> 36) & 0xf00) | ((all >> 48) & 0xf000));
+  const uint16_t d_bits =
+      uint16_t(((all >> 12) & 0xf) | ((all >> 24) & 0xf0) | ((all >> 36) & 0xf00) | ((all >> 48) & 0xf000));
   const float d = _cvtsh_ss(d_bits);
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
   const __m128i nib_shift = _mm_setr_epi32(0, 4, 8, 12);
@@ -222,16 +229,19 @@ inline void iq_decode2_iq1_m(const uint8_t* blk, IqBlock2& out) {
     const __m128i nib = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(w), nib_shift), _mm_set1_epi32(15));
     const __m128i idx = _mm_or_si128(iq2_bytes4(blk + 4 * v), _mm_slli_epi32(_mm_and_si128(nib, _mm_set1_epi32(7)), 8));
     const __m256i g = _mm256_i32gather_epi64(grid, idx, 8);
-    const __m256i neg = _mm256_cvtepi32_epi64(_mm_cmpeq_epi32(_mm_and_si128(nib, _mm_set1_epi32(8)), _mm_set1_epi32(8)));
-    out.q[v] = iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
+    const __m256i neg =
+        _mm256_cvtepi32_epi64(_mm_cmpeq_epi32(_mm_and_si128(nib, _mm_set1_epi32(8)), _mm_set1_epi32(8)));
+    out.q[v] =
+        iq2_eight_plus(g, _mm256_blendv_epi8(_mm256_set1_epi64x(kPlusOnes), _mm256_set1_epi64x(kMinusOnes), neg));
   }
   // Sub-block 2v + h: bits 16(v / 2) + 6(v % 2) + 3h.. of the 64-bit scale string.
   for (int h = 0; h < 2; ++h) {
     const __m256i str = _mm256_set1_epi64x((long long)all);
     const __m256i a = _mm256_srlv_epi64(str, _mm256_setr_epi64x(3 * h, 6 + 3 * h, 16 + 3 * h, 22 + 3 * h));
     const __m256i b = _mm256_srlv_epi64(str, _mm256_setr_epi64x(32 + 3 * h, 38 + 3 * h, 48 + 3 * h, 54 + 3 * h));
-    const __m256i lows = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)),
-                                            _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 0, 2, 4, 6)), 0xf0);
+    const __m256i lows =
+        _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)),
+                           _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 0, 2, 4, 6)), 0xf0);
     const __m256i s = _mm256_and_si256(lows, _mm256_set1_epi32(7));
     const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
     out.scale[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f));
@@ -250,8 +260,9 @@ inline __m256i iq2_trit(__m256i m) {
 // elements 240 + 4t.. (t < 4). Digits of the next position: the bytes times 3, mod 256.
 inline void iq_decode2_tq1_0(const uint8_t* blk, IqBlock2& out) {
   __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
-  __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))),
-                                      _mm_cvtsi32_si128(int(iq2_u32(blk + 48))), 1);
+  __m256i b =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32))),
+                              _mm_cvtsi32_si128(int(iq2_u32(blk + 48))), 1);
   __m256i bd[5];
   for (int t = 0; t < 5; ++t) {
     out.q[t] = iq2_trit(a);

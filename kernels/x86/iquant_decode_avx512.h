@@ -78,7 +78,8 @@ inline void iq_apply_signs(__m512i g[4], __m256i signs) {
 inline void iq_apply_signs32(__m512i g[4], __m256i signs) {
   const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
                                       0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  const __m256i t =
+      _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(signs, tr), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   iq_apply_signs(g, t);
 }
 // Eight per-32 scales -> 16 per-16 lanes.
@@ -154,8 +155,9 @@ inline void iq_decode_iq3_xxs(const uint8_t* blk, IqBlock& out) {
   const float d = iq_fp16(blk);
   const auto* grid = reinterpret_cast<const int*>(kIq3xxsGrid);
   const __m512i qs = _mm512_loadu_si512(blk + 2);  // qword s: the 8 rows of group s
-  for (int c = 0; c < 4; ++c)  // rows 8s + 2c, 8s + 2c + 1
-    out.q[c] = _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm512_cvtepi64_epi16(_mm512_srli_epi64(qs, 16 * c))), grid, 4);
+  for (int c = 0; c < 4; ++c)                      // rows 8s + 2c, 8s + 2c + 1
+    out.q[c] =
+        _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm512_cvtepi64_epi16(_mm512_srli_epi64(qs, 16 * c))), grid, 4);
   const __m256i aux = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 66));
   iq_apply_signs32(out.q, iq_signs_of_fields(aux));
   out.scale = iq_spread8(iq_half_scales(d, _mm256_srli_epi32(aux, 28), 0.5f));
@@ -167,8 +169,8 @@ inline void iq_decode_iq3_s(const uint8_t* blk, IqBlock& out) {
   const auto* grid = reinterpret_cast<const int*>(kIq3sGrid);
   const __m512i qs = _mm512_loadu_si512(blk + 2);
   // qh[s] in both dwords of qword s; row 8s + 2c + h takes its bit 2c + h.
-  const __m512i qh = _mm512_shuffle_epi32(_mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))),
-                                          _MM_PERM_CCAA);
+  const __m512i qh = _mm512_shuffle_epi32(
+      _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66))), _MM_PERM_CCAA);
   for (int c = 0; c < 4; ++c) {
     const __m512i shift = _mm512_set1_epi64((long long)(uint64_t(2 * c + 1) << 32 | uint64_t(2 * c)));
     const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(qh, shift), _mm512_set1_epi32(1)), 8);
@@ -178,8 +180,9 @@ inline void iq_decode_iq3_s(const uint8_t* blk, IqBlock& out) {
   iq_apply_signs32(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 74)));
   uint32_t sc4;
   std::memcpy(&sc4, blk + 106, 4);
-  const __m256i sc = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(int(sc4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(15));
+  const __m256i sc =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(sc4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                       _mm256_set1_epi32(15));
   const __m256i odd = _mm256_add_epi32(_mm256_add_epi32(sc, sc), _mm256_set1_epi32(1));
   out.scale = iq_spread8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)));
 }
@@ -214,7 +217,8 @@ inline void iq_decode_iq1_s(const uint8_t* blk, IqBlock& out) {
   iq1_finish(out.q, all);
   const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(qh8), 12), _mm256_set1_epi32(7));
   const __m256i odd = _mm256_add_epi32(_mm256_slli_epi32(sc, 1), _mm256_set1_epi32(1));
-  out.scale = iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
+  out.scale =
+      iq_spread8(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(odd)), _mm256_set1_ps(0.125f)));
 }
 
 // IQ1_M: index byte k | nibble k%2 of qh[k/2] (bits 0..2; bit 3 the delta's sign per
@@ -250,7 +254,8 @@ inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
   const __m512i lo = _mm512_srlv_epi64(str, _mm512_set_epi64(25, 22, 19, 16, 9, 6, 3, 0));
   const __m512i hi = _mm512_srlv_epi64(str, _mm512_set_epi64(57, 54, 51, 48, 41, 38, 35, 32));
   const __m512i s = _mm512_and_si512(
-      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)), _mm512_cvtepi64_epi32(hi), 1), _mm512_set1_epi32(7));
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)), _mm512_cvtepi64_epi32(hi), 1),
+      _mm512_set1_epi32(7));
   const __m512i odd = _mm512_add_epi32(_mm512_slli_epi32(s, 1), _mm512_set1_epi32(1));
   out.scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(odd)), _mm512_set1_ps(0.125f));
 }
@@ -276,10 +281,10 @@ inline void iq_decode_iq4_xs(const uint8_t* blk, IqBlock& out) {
   std::memcpy(&high, blk + 2, 2);
   std::memcpy(&low, blk + 4, 4);
   const __m256i g = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i ls_low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(low)), _mm256_slli_epi32(g, 2)),
-                                          _mm256_set1_epi32(15));
-  const __m256i ls_high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_add_epi32(g, g)),
-                                           _mm256_set1_epi32(3));
+  const __m256i ls_low =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(low)), _mm256_slli_epi32(g, 2)), _mm256_set1_epi32(15));
+  const __m256i ls_high =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_add_epi32(g, g)), _mm256_set1_epi32(3));
   const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(ls_low, _mm256_slli_epi32(ls_high, 4)), _mm256_set1_epi32(32));
   out.scale = iq_spread8(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(ls)));
 }
@@ -309,8 +314,10 @@ inline void iq_decode_tq1_0(const uint8_t* blk, IqBlock& out) {
   out.q[2] = _mm512_shuffle_i64x2(z[4], x, _MM_SHUFFLE(2, 0, 1, 0));
   // Elements 192..255: lane 2 of Z[2], Z[3], Z[4], then dword 12 (qh's digits) of Z[0..3].
   const __m512i y = _mm512_shuffle_i64x2(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));
-  __m512i c3 = _mm512_permutex2var_epi32(y, _mm512_set_epi32(12, 4, 0, 0, 27, 26, 25, 24, 11, 10, 9, 8, 3, 2, 1, 0), z[4]);
-  const __m512i h01 = _mm512_permutex2var_epi32(z[0], _mm512_set_epi32(0, 0, 28, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z[1]);
+  __m512i c3 =
+      _mm512_permutex2var_epi32(y, _mm512_set_epi32(12, 4, 0, 0, 27, 26, 25, 24, 11, 10, 9, 8, 3, 2, 1, 0), z[4]);
+  const __m512i h01 =
+      _mm512_permutex2var_epi32(z[0], _mm512_set_epi32(0, 0, 28, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z[1]);
   out.q[3] = _mm512_mask_mov_epi32(c3, 0x3000, h01);
   out.scale = _mm512_set1_ps(iq_fp16(blk + 52));
 }

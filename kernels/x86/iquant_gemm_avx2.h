@@ -39,11 +39,11 @@ constexpr size_t kIqActBytes = 96 * 1024;
 // into lanes (scales per 16), the qword interleave (per 32), element order (one scale).
 enum class IqOrder { lanes, lanes32, natural };
 template <TensorType T>
-constexpr IqOrder kIqOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS || T == TensorType::IQ3_S ||
-                                     T == TensorType::IQ1_S
-                                 ? IqOrder::lanes32
-                             : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? IqOrder::natural
-                                                                                 : IqOrder::lanes;
+constexpr IqOrder kIqOrder =
+    T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS || T == TensorType::IQ3_S || T == TensorType::IQ1_S
+        ? IqOrder::lanes32
+    : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? IqOrder::natural
+                                                       : IqOrder::lanes;
 // The ternary decoders give the digit, q + 1, already.
 template <TensorType T>
 constexpr bool kIqRaw = T == TensorType::TQ1_0 || T == TensorType::TQ2_0;
@@ -113,7 +113,8 @@ inline void iq_decode(const uint8_t* blk, WBlock2& out) {
   const __m256i off = _mm256_set1_epi8(char(kOffset<T>));
   if constexpr (!kIqRaw<T>)
     for (int v = 0; v < 8; ++v) b.q[v] = _mm256_add_epi8(b.q[v], off);
-  if constexpr (kIqOrder<T> == IqOrder::lanes) iq_to_lanes(b.q, out.u);
+  if constexpr (kIqOrder<T> == IqOrder::lanes)
+    iq_to_lanes(b.q, out.u);
   else
     for (int v = 0; v < 8; ++v) out.u[v] = b.q[v];
   out.scale[0] = b.scale[0];
@@ -148,12 +149,14 @@ void iq_prepare_row(const float* x, size_t k, int offset, uint8_t* scratch, uint
     __m256i in[8];
     for (int v = 0; v < 8; ++v) {
       if constexpr (O == IqOrder::lanes32)  // qword j of vector v: qword 4(j + 4(v / 4)) + v % 4
-        in[v] = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(xb),
-                                       _mm_add_epi32(_mm_setr_epi32(0, 4, 8, 12), _mm_set1_epi32(16 * (v / 4) + v % 4)), 8);
+        in[v] =
+            _mm256_i32gather_epi64(reinterpret_cast<const long long*>(xb),
+                                   _mm_add_epi32(_mm_setr_epi32(0, 4, 8, 12), _mm_set1_epi32(16 * (v / 4) + v % 4)), 8);
       else
         in[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32 * v));
     }
-    if constexpr (O == IqOrder::lanes) iq_to_lanes(in, q + 8 * b);
+    if constexpr (O == IqOrder::lanes)
+      iq_to_lanes(in, q + 8 * b);
     else
       for (int v = 0; v < 8; ++v) q[8 * b + v] = in[v];
     // Each chain's start: -offset x the sum of the bytes of its four vectors in each lane.

@@ -89,7 +89,7 @@ constexpr Order kOrder = T == TensorType::IQ2_XXS || T == TensorType::IQ3_XXS ||
                                  T == TensorType::IQ1_S || T == TensorType::IQ4_XS
                              ? Order::lanes32
                          : T == TensorType::TQ1_0 || T == TensorType::TQ2_0 ? Order::natural
-                                                                             : Order::lanes16;
+                                                                            : Order::lanes16;
 
 // Weights are stored unsigned as q + kOffset: 128 (a flip of the top bit), or for the
 // ternary types the digit their bytes hold (q + 1). kRaw: the decoder gives q + kOffset.
@@ -101,16 +101,26 @@ constexpr bool kRaw = T == TensorType::TQ1_0 || T == TensorType::TQ2_0 || T == T
 template <TensorType T>
 inline void decode(const uint8_t* blk, WBlock& out) {
   IqBlock b;
-  if constexpr (T == TensorType::IQ2_XXS) iq_decode_iq2_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ2_XS) iq_decode_iq2_xs(blk, b);
-  else if constexpr (T == TensorType::IQ2_S) iq_decode_iq2_s(blk, b);
-  else if constexpr (T == TensorType::IQ3_XXS) iq_decode_iq3_xxs(blk, b);
-  else if constexpr (T == TensorType::IQ3_S) iq_decode_iq3_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_S) iq_decode_iq1_s(blk, b);
-  else if constexpr (T == TensorType::IQ1_M) iq_decode_iq1_m(blk, b);
-  else if constexpr (T == TensorType::TQ1_0) iq_decode_tq1_0(blk, b);
-  else if constexpr (T == TensorType::IQ4_XS) iq_decode_iq4_xs(blk, b);
-  else iq_decode_tq2_0(blk, b);
+  if constexpr (T == TensorType::IQ2_XXS)
+    iq_decode_iq2_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ2_XS)
+    iq_decode_iq2_xs(blk, b);
+  else if constexpr (T == TensorType::IQ2_S)
+    iq_decode_iq2_s(blk, b);
+  else if constexpr (T == TensorType::IQ3_XXS)
+    iq_decode_iq3_xxs(blk, b);
+  else if constexpr (T == TensorType::IQ3_S)
+    iq_decode_iq3_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_S)
+    iq_decode_iq1_s(blk, b);
+  else if constexpr (T == TensorType::IQ1_M)
+    iq_decode_iq1_m(blk, b);
+  else if constexpr (T == TensorType::TQ1_0)
+    iq_decode_tq1_0(blk, b);
+  else if constexpr (T == TensorType::IQ4_XS)
+    iq_decode_iq4_xs(blk, b);
+  else
+    iq_decode_tq2_0(blk, b);
   __m512i t[4];
   if constexpr (kOrder<T> == Order::lanes16) to_lanes(b.q, t);
   const __m512i flip = _mm512_set1_epi8(-128);  // q + 128 as a byte: flip the top bit
@@ -152,11 +162,13 @@ void prepare_row(const float* x, size_t k, int offset, uint8_t* scratch, uint8_t
     __m512i in[4];
     for (int c = 0; c < 4; ++c) {
       if constexpr (O == Order::lanes32)  // qword s of vector c: qword 4s + c of the block
-        in[c] = _mm512_i64gather_epi64(_mm512_set_epi64(28 + c, 24 + c, 20 + c, 16 + c, 12 + c, 8 + c, 4 + c, c), xb, 8);
+        in[c] =
+            _mm512_i64gather_epi64(_mm512_set_epi64(28 + c, 24 + c, 20 + c, 16 + c, 12 + c, 8 + c, 4 + c, c), xb, 8);
       else
         in[c] = _mm512_loadu_si512(xb + 64 * c);
     }
-    if constexpr (O == Order::lanes16) to_lanes(in, q + 4 * b);
+    if constexpr (O == Order::lanes16)
+      to_lanes(in, q + 4 * b);
     else
       for (int c = 0; c < 4; ++c) q[4 * b + c] = in[c];
     __m512i s = _mm512_setzero_si512();
@@ -243,7 +255,8 @@ void gemm_iq(const GemmArgs& a) {
   const size_t chunk = kActBytes / stride;
   for (size_t b0 = 0; b0 < a.n_batch; b0 += chunk) {
     const size_t nb = a.n_batch - b0 < chunk ? a.n_batch - b0 : chunk;
-    for (size_t b = 0; b < nb; ++b) prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
+    for (size_t b = 0; b < nb; ++b)
+      prepare_row<kOrder<T>>(a.x + (b0 + b) * a.ldx, a.k, kOffset<T>, scratch, act + b * stride);
     if (nb == 1) {
       rows_direct<T>(a, act_at(act, n_blocks, 0), a.r0, a.r1, n_blocks, a.y + b0 * a.ldy);
       continue;
