@@ -6,6 +6,7 @@
 
 #include "kernels/packed.h"
 #include "kernels/quant.h"
+#include "kernels/quant_iq.h"
 #include "kiln/error.h"
 
 namespace kiln::kernels::packed {
@@ -244,6 +245,21 @@ void pack_q3_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
   for (size_t P = 0; P < 8; ++P) std::memcpy(rec + 288 + 192 * P + 128, hmask + 8 * P, 64);
 }
 
+// IQ4_XS: the file's 16 bytes of sub-block b already pair elements j and j + 16 by
+// nibble, so each lane takes 4 consecutive bytes; the 6-bit scales widen to bytes.
+void pack_iq4_xs_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
+  if (n < G) std::memset(rec, 0, record_bytes(TensorType::IQ4_XS));
+  for (size_t r = 0; r < n; ++r) {
+    const auto* b = block_at<block_iq4_xs>(src, row_bytes, row0 + r, blk);
+    put_fp16(rec, r, b->d);
+    for (size_t sub = 0; sub < 8; ++sub) {
+      const int low = (b->scales_l[sub / 2] >> (4 * (sub % 2))) & 15, high = (b->scales_h >> (2 * sub)) & 3;
+      rec[32 + 16 * sub + r] = uint8_t(int8_t((low | high << 4) - 32));
+      for (size_t v = 0; v < 4; ++v) std::memcpy(rec + 160 + 256 * sub + 64 * v + 4 * r, b->qs + 16 * sub + 4 * v, 4);
+    }
+  }
+}
+
 void pack_q2_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, size_t blk, uint8_t* rec) {
   if (n < G) std::memset(rec, 0, record_bytes(TensorType::Q2_K));
   for (size_t r = 0; r < n; ++r) {
@@ -295,7 +311,8 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
     uint8_t* group = static_cast<uint8_t*>(dst) + g0 / G * gbytes;
     for (size_t blk = 0; blk < n_records; ++blk) {
       uint8_t* rec = group + blk * record_bytes(t);
-      if (t == TensorType::Q4_0) {
+      if (t == TensorType::Q4_0 || t == TensorType::IQ4_NL) {  // the same block layout
+        static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0));
         pack_q4_0_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q8_0) {
         pack_q8_0_record(src, src_row_bytes, g0, n, blk, rec);
@@ -307,6 +324,8 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
         pack_q3_k_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q2_K) {
         pack_q2_k_record(src, src_row_bytes, g0, n, blk, rec);
+      } else if (t == TensorType::IQ4_XS) {
+        pack_iq4_xs_record(src, src_row_bytes, g0, n, blk, rec);
       } else if (t == TensorType::Q6_K) {
         pack_q6_k_record(src, src_row_bytes, g0, n, blk, rec);
       } else {

@@ -43,6 +43,12 @@
 //         0..7 is the file's q + 4                        288 + 8 x 192 = 1824 bytes
 //   Q2_K: d[16] | dmin[16] | scm[8][16][2] u8 (the file's scales byte, sc | m << 4, of
 //         sub-blocks 2P, 2P+1) | 16 crumb vectors                          = 1344 bytes
+// i-quants with 4-bit indices into kIq4nlValues (the kernels look each nibble up as
+// value + 128, unsigned, and subtract 128 x sum(x_q)):
+//   IQ4_NL: nibbles and scales as Q4_0 (one record per 32)               = 288 bytes
+//   IQ4_XS: d[16] fp16 | sc[8][16] i8 (the 6-bit scale - 32 of sub-block b at 16b + r) |
+//           8 sub-blocks x 4 vectors: vector v of sub-block b, lane r byte i = the file's
+//           qs[16b + 4v + i] (elements 32b + 4v + i low, + 16 high)  32 + 128 + 2048 = 2208
 // Float weights (F32, F16, BF16; kernels/x86/gemm_float_packed.h): one record per
 // element of k, the 16 rows' values of that column in the file's type (16 x 4 or 16 x 2
 // bytes). A gemm multiplies a record by one broadcast activation into 16 outputs: every
@@ -74,6 +80,8 @@ constexpr size_t record_bytes(TensorType t) {
     case TensorType::Q5_K: return 2880;
     case TensorType::Q3_K: return 1824;
     case TensorType::Q2_K: return 1344;
+    case TensorType::IQ4_NL: return 288;
+    case TensorType::IQ4_XS: return 2208;
     case TensorType::F32: return 16 * 4;
     case TensorType::F16: case TensorType::BF16: return 16 * 2;
     default: return 0;
@@ -82,7 +90,7 @@ constexpr size_t record_bytes(TensorType t) {
 constexpr size_t record_elements(TensorType t) {
   switch (t) {
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
-    case TensorType::Q6_K: return 256;
+    case TensorType::Q6_K: case TensorType::IQ4_XS: return 256;
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 1;
     default: return 32;
   }
@@ -120,9 +128,9 @@ enum class ActFormat { none, q8_32, q8_256 };
 constexpr ActFormat act_format(TensorType w) {
   switch (w) {
     case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
-    case TensorType::Q5_1: return ActFormat::q8_32;
+    case TensorType::Q5_1: case TensorType::IQ4_NL: return ActFormat::q8_32;
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
-    case TensorType::Q6_K: return ActFormat::q8_256;
+    case TensorType::Q6_K: case TensorType::IQ4_XS: return ActFormat::q8_256;
     default: return ActFormat::none;
   }
 }

@@ -25,6 +25,7 @@ constexpr bool has_packed_kernels(TensorType t) {
     case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
     case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
     case TensorType::Q3_K: case TensorType::Q2_K: return true;
+    case TensorType::IQ4_NL: case TensorType::IQ4_XS: return true;  // kernels/x86/iquant_*
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: return true;  // gemm_float_packed.h
     default: return false;
   }

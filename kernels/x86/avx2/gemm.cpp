@@ -22,15 +22,16 @@ using FloatGemm = x86::FloatGemm<Vec, kShape>;
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
   if (a.w_packed) return is_float_type(a.w_type) ? gemm_float_packed(a) : gemm_packed(a);
-  if (gemm_quant(a) || gemm_mxfp4(a)) return;
+  if (gemm_quant(a) || gemm_mxfp4(a) || gemm_iquant(a)) return;
   if (!FloatGemm::run(a)) scalar_ops().gemm(a);
 }
 
 #ifdef KILN_HAVE_AVXVNNI
-// The avxvnni table's gemm: only packed weights have integer kernels to speed up; the
-// rest is the avx2 table's.
+// The avxvnni table's gemm: packed weights and the file-layout i-quants have integer
+// kernels to speed up; the rest is the avx2 table's.
 void gemm_vnni(const GemmArgs& a) {
   if (a.w_packed && !is_float_type(a.w_type)) return gemm_packed_vnni(a);
+  if (gemm_iquant_vnni(a)) return;
   gemm(a);
 }
 #endif

@@ -18,11 +18,15 @@ void gemm_float_packed(const GemmArgs& a);
 // MXFP4 weights in the file's layout (gemm_mxfp4.cpp); false: not MXFP4 or k too long,
 // nothing done.
 bool gemm_mxfp4(const GemmArgs& a);
+// IQ1..IQ3 and TQ1_0/TQ2_0 in the file's layout (gemm_iquant.cpp); false for other types.
+bool gemm_iquant(const GemmArgs& a);
 #ifdef KILN_HAVE_AVXVNNI
 void gemm_vnni(const GemmArgs& a);
 // AVX-VNNI: integer dots by the VEX vpdpbusd (gemm_packed_vnni.cpp, built with -mavxvnni;
 // call only where the CPU has AVX-VNNI).
 void gemm_packed_vnni(const GemmArgs& a);
+// gemm_iquant with the VEX vpdpbusd (gemm_iquant_vnni.cpp, built with -mavxvnni).
+bool gemm_iquant_vnni(const GemmArgs& a);
 #endif
 
 }  // namespace kiln::kernels::avx2

@@ -37,6 +37,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/quant_iq.h"
 #include "kernels/x86/avx2/gemm_packed.h"
 #include "kernels/x86/avx2/vec.h"
 #include "kernels/x86/packed_entry.h"
@@ -490,6 +491,10 @@ void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t 
     for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
 }
 
+// ---------------------------------------------------------------- IQ4_NL and IQ4_XS
+
+#include "kernels/x86/iquant_packed_avx2.h"
+
 // ---------------------------------------------------------------- driver
 
 // Tile<T>::fn<RB, H0, H1>: halves [H0, H1) of one group against RB activation rows.
@@ -501,6 +506,8 @@ struct Tile {
     else if constexpr (T == TensorType::Q5_K) k4_tile<true, RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::Q6_K) q6_k_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::Q3_K || T == TensorType::Q2_K) k16_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else if constexpr (T == TensorType::IQ4_NL) iq4_nl_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else if constexpr (T == TensorType::IQ4_XS) iq4_xs_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
     else legacy_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
   }
 };
@@ -547,6 +554,8 @@ void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
     case TensorType::Q5_K: return run_groups<TensorType::Q5_K>(a, act, b0, b1);
     case TensorType::Q3_K: return run_groups<TensorType::Q3_K>(a, act, b0, b1);
     case TensorType::Q2_K: return run_groups<TensorType::Q2_K>(a, act, b0, b1);
+    case TensorType::IQ4_NL: return run_groups<TensorType::IQ4_NL>(a, act, b0, b1);
+    case TensorType::IQ4_XS: return run_groups<TensorType::IQ4_XS>(a, act, b0, b1);
     default: return;  // packed_bytes() is 0 for every other type, so nothing is packed
   }
 }

@@ -75,7 +75,7 @@ void matvec_quant(const GemmArgs& a) {
 void gemm(const GemmArgs& a) {
   if (a.r0 >= a.r1 || a.n_batch == 0) return;
   if (a.w_packed) return is_float_type(a.w_type) ? gemm_float_packed(a) : gemm_packed(a);
-  if (gemm_file_vnni(a)) return;
+  if (gemm_file_vnni(a) || gemm_iquant(a)) return;
   if (a.n_batch == 1 && a.w_type == TensorType::Q8_0) return matvec_quant<TensorType::Q8_0>(a);
   if (a.n_batch == 1 && a.w_type == TensorType::Q4_0) return matvec_quant<TensorType::Q4_0>(a);
   if (!FloatGemm::run(a)) scalar_ops().gemm(a);

@@ -123,7 +123,8 @@ void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1)
 
 namespace {
 void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
-  if (packed::act_format(a.w_type) == packed::ActFormat::q8_256) run_packed_k(a, act, b0, b1);
+  if (a.w_type == TensorType::IQ4_NL || a.w_type == TensorType::IQ4_XS) run_packed_iq4(a, act, b0, b1);
+  else if (packed::act_format(a.w_type) == packed::ActFormat::q8_256) run_packed_k(a, act, b0, b1);
   else run_packed_legacy(a, act, b0, b1);
 }
 }  // namespace

@@ -12,5 +12,7 @@ void gemm_float_packed(const GemmArgs& a);
 // Quantized weights in the file's layout (gemm_file_vnni.cpp); false (nothing done) for
 // the types and widths it does not take.
 bool gemm_file_vnni(const GemmArgs& a);
+// IQ1..IQ3 and TQ1_0/TQ2_0 in the file's layout (gemm_iquant.cpp); false for other types.
+bool gemm_iquant(const GemmArgs& a);
 
 }  // namespace kiln::kernels::avx512

@@ -16,6 +16,8 @@ void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1)
 void run_packed_k(const GemmArgs& a, const void* act, size_t b0, size_t b1);
 // Q5_K, Q3_K and Q2_K, in gemm_packed_k2.cpp.
 void run_packed_k2(const GemmArgs& a, const void* act, size_t b0, size_t b1);
+// IQ4_NL and IQ4_XS, in gemm_iquant_packed.cpp.
+void run_packed_iq4(const GemmArgs& a, const void* act, size_t b0, size_t b1);
 
 namespace {
 
