@@ -120,8 +120,45 @@ void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, size_t n);
 void dequantize_row_tq1_0(const block_tq1_0* x, float* y, size_t n);
 void dequantize_row_tq2_0(const block_tq2_0* x, float* y, size_t n);
 
+// quantize_row (kernels/quant.h) of IQ4_XS, TQ1_0 and TQ2_0 is ggml's quantize_row_*_ref.
+// IQ4_NL's is what ggml_quantize_chunk writes without importance (llama-quantize's bytes):
+// ggml's quantize_row_iq4_nl_ref skips the scale search and leaves an all-zero block's
+// indices undefined, so it has no bytes to match.
+void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, size_t n);
+void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, size_t n);
+void quantize_row_tq1_0(const float* x, block_tq1_0* y, size_t n);
+void quantize_row_tq2_0(const float* x, block_tq2_0* y, size_t n);
+
 // Types ggml will not quantize without importance weights (IQ2_XXS, IQ2_XS, IQ1_S).
 bool quantize_requires_importance(TensorType type);
+
+// The per-type quantizers behind quantize_chunk, each ggml's quantize_<type>(src, dst,
+// n_rows, n_per_row, importance) (same contract as quantize_chunk, n_per_row already
+// checked). With importance, the legacy and K types search each block's scale(s) for the
+// weighted least-squares fit (weights importance[j] * sqrt(sigma^2 + x_j^2)); without, they
+// are quantize_row's *_ref bytes. IQ4_NL/IQ4_XS use the importance as weights the same
+// way; the ternary types ignore it (kernels/scalar/quant_weighted.cpp,
+// quant_iq4_quantize.cpp).
+void quantize_q4_0(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q4_1(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_0(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_1(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q2_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q3_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q4_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q6_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq4_nl(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq4_xs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+// The codebook i-quants (kernels/scalar/ of branch iq-quantgrid). IQ2_XXS, IQ2_XS and
+// IQ1_S need importance (quantize_chunk checks it).
+void quantize_iq2_xxs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq2_xs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq2_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq3_xxs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq3_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq1_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq1_m(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
 
 // n_rows rows of n_per_row floats -> n_rows rows of `type` blocks at dst, the bytes of
 // ggml_quantize_chunk(type, src, dst, 0, n_rows, n_per_row, importance): importance is

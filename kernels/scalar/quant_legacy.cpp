@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/quant.h"
+#include "kernels/quant_iq.h"
 #include "kiln/error.h"
 
 namespace kiln::kernels::ref {
@@ -220,6 +221,10 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), true, true},
     {TensorType::Q8_K, "Q8_K", 256, sizeof(block_q8_K), true, true},
     {TensorType::MXFP4, "MXFP4", 32, sizeof(block_mxfp4), true, true},
+    {TensorType::IQ4_NL, "IQ4_NL", 32, sizeof(block_iq4_nl), true, false},
+    {TensorType::IQ4_XS, "IQ4_XS", 256, sizeof(block_iq4_xs), true, false},
+    {TensorType::TQ1_0, "TQ1_0", 256, sizeof(block_tq1_0), true, false},
+    {TensorType::TQ2_0, "TQ2_0", 256, sizeof(block_tq2_0), true, false},
 };
 
 // Throws unless `supported` and n is whole blocks of t (t may be null: unknown type).
@@ -278,6 +283,10 @@ void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::Q6_K: return quantize_row_q6_K(src, static_cast<block_q6_K*>(dst), n);
     case TensorType::Q8_K: return quantize_row_q8_K(src, static_cast<block_q8_K*>(dst), n);
     case TensorType::MXFP4: return quantize_row_mxfp4(src, static_cast<block_mxfp4*>(dst), n);
+    case TensorType::IQ4_NL: return quantize_row_iq4_nl(src, static_cast<block_iq4_nl*>(dst), n);
+    case TensorType::IQ4_XS: return quantize_row_iq4_xs(src, static_cast<block_iq4_xs*>(dst), n);
+    case TensorType::TQ1_0: return quantize_row_tq1_0(src, static_cast<block_tq1_0*>(dst), n);
+    case TensorType::TQ2_0: return quantize_row_tq2_0(src, static_cast<block_tq2_0*>(dst), n);
     default: break;
   }
   throw Error("quantize_row: traits and switch disagree");  // unreachable
