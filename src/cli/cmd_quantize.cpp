@@ -1,5 +1,5 @@
 // kiln quantize IN.gguf OUT.gguf PRESET: rewrites a float model with quantized weights.
-// The K presets choose a type per tensor exactly as llama-quantize does (src/quantize/mix.h);
+// The K, i-quant and ternary presets choose a type per tensor exactly as llama-quantize does (src/quantize/mix.h);
 // the legacy presets quantize every matrix whose rows are whole blocks and keep the rest.
 // Progress: a bar on stderr when it is a terminal, otherwise one line per tensor; nothing
 // but errors with --quiet.

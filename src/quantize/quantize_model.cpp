@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/quant_iq.h"
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 
@@ -84,9 +85,9 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
           std::memcpy(dst + 2 * i, &h, 2);
         }
       } else {
-        // Whole rows of whole blocks: the reference quantizers are block-local, so the
+        // Whole rows of whole blocks: the reference quantizers are row-local, so the
         // bytes do not depend on how rows are split between threads.
-        kernels::ref::quantize_row(to, values.data(), dst, n);
+        kernels::ref::quantize_chunk(to, values.data(), dst, n_rows, row_length, nullptr);
       }
     }
   });
