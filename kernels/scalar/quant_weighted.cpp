@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/quant.h"
 #include "kernels/quant_iq.h"
@@ -143,7 +144,7 @@ void symmetric_legacy_row(const float* x, Block* y, size_t n_per_row, const floa
     b.d = f32_to_fp16(fit_symmetric(int(QK), half, xb, w, levels));
     const uint8_t* q = reinterpret_cast<const uint8_t*>(levels);
     pack_nibbles(q, b.qs);
-    if constexpr (sizeof(Block) == sizeof(block_q5_0)) store_high_bits(q, b.qh);
+    if constexpr (std::is_same_v<Block, block_q5_0>) store_high_bits(q, b.qh);
   });
 }
 
@@ -156,7 +157,7 @@ void affine_legacy_row(const float* x, Block* y, size_t n_per_row, const float* 
     b.d = f32_to_fp16(fit_affine(int(QK), weighted_search(qmax), xb, w, q, &neg_offset));
     b.m = f32_to_fp16(-neg_offset);
     pack_nibbles(q, b.qs);
-    if constexpr (sizeof(Block) == sizeof(block_q5_1)) store_high_bits(q, b.qh);
+    if constexpr (std::is_same_v<Block, block_q5_1>) store_high_bits(q, b.qh);
   });
 }
 
