@@ -194,6 +194,29 @@ TEST_P(IqPresets, SameBytesAsLlamaQuantize) {
 INSTANTIATE_TEST_SUITE_P(Models, IqPresets, testing::ValuesIn(kModels),
                          [](const testing::TestParamInfo<Model>& info) { return std::string(info.param.name); });
 
+// Not in the tables (no 80-layer model there): a 70B llama's value matrices (8 query heads
+// per KV head) go from Q4_K to Q5_K in the IQ3 presets, as in the K mixes, but the 1-2 bit
+// presets have their own value rule without that step.
+TEST(IqPresetsRules, SeventyBValueMatrices) {
+  ModelFacts facts{"llama", 80, 64, 8, 0};
+  std::vector<TensorDesc> descs = {{"token_embd.weight", {256, 512}, TensorType::F16},
+                                   {"output.weight", {256, 512}, TensorType::F16}};
+  for (int l = 0; l < 80; ++l) descs.push_back({"blk." + std::to_string(l) + ".attn_v.weight", {256, 32}, TensorType::F16});
+  const std::pair<const char*, TensorType> want[] = {{"IQ3_XS", TensorType::Q5_K}, {"IQ3_S", TensorType::Q5_K},
+                                                     {"IQ3_M", TensorType::Q5_K}, {"IQ3_XXS", TensorType::Q5_K},
+                                                     {"IQ4_XS", TensorType::Q5_K}, {"IQ2_XXS", TensorType::Q4_K},
+                                                     {"TQ1_0", TensorType::TQ1_0}};
+  for (const auto& [name, type] : want) {
+    const std::vector<TypeChoice> got = choose_types(*find_preset(name), facts, descs, true);
+    for (size_t i = 2; i < descs.size(); ++i) EXPECT_EQ(type_name(got[i].type), type_name(type)) << name << " " << i;
+    facts.arch = "qwen3";  // no 70B size: the plain GQA rule
+    const std::vector<TypeChoice> plain = choose_types(*find_preset(name), facts, descs, true);
+    facts.arch = "llama";
+    const TensorType no_70b = type == TensorType::Q5_K && std::string(name) != "IQ4_XS" ? TensorType::Q4_K : type;
+    EXPECT_EQ(type_name(plain[2].type), type_name(no_70b)) << name;
+  }
+}
+
 // llama-quantize stops rather than write IQ2_XXS (and the other 1-2 bit types, and
 // IQ3_XXS) without an importance matrix; kiln names the first tensor that would need one.
 TEST(IqPresetsCli, RefusesLowBitPresetsWithoutAnImportanceMatrix) {
