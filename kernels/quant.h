@@ -189,7 +189,8 @@ const QuantTraits* quant_traits_end();
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // n floats -> n / block_size blocks of `type` at dst, exactly as ggml's *_ref quantizers.
-// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4. Throws
+// Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4, and
+// IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 (kernels/quant_iq.h; with importance weights: quantize_chunk). Throws
 // kiln::Error otherwise. The K-quants search for their scales (up to 20 candidate grids
 // per sub-block), so they are far slower than the legacy formats: about 10 million values
 // per second per thread for Q2_K/Q4_K/Q6_K, 20-40 million for Q5_K/Q3_K.

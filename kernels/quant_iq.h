@@ -153,19 +153,36 @@ void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, size_t n);
 void dequantize_row_tq1_0(const block_tq1_0* x, float* y, size_t n);
 void dequantize_row_tq2_0(const block_tq2_0* x, float* y, size_t n);
 
+// quantize_row (kernels/quant.h) of IQ4_XS, TQ1_0 and TQ2_0 is ggml's quantize_row_*_ref.
+// IQ4_NL's is what ggml_quantize_chunk writes without importance (llama-quantize's bytes):
+// ggml's quantize_row_iq4_nl_ref skips the scale search and leaves an all-zero block's
+// indices undefined, so it has no bytes to match.
+void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, size_t n);
+void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, size_t n);
+void quantize_row_tq1_0(const float* x, block_tq1_0* y, size_t n);
+void quantize_row_tq2_0(const float* x, block_tq2_0* y, size_t n);
+
 // Types ggml will not quantize without importance weights (IQ2_XXS, IQ2_XS, IQ1_S).
 bool quantize_requires_importance(TensorType type);
 
-// n_rows rows of n_per_row floats -> n_rows rows of `type` blocks at dst, the bytes of
-// ggml_quantize_chunk(type, src, dst, 0, n_rows, n_per_row, importance): importance is
-// nullptr or n_per_row weights (column j's, the same for every row; an imatrix's mean
-// squared activations), and with it the quantizers that use weights search for the
-// weighted least-squares fit as ggml's do (the bytes differ from quantize_row's). Throws
-// kiln::Error for a type it cannot write, a missing required importance, or an n_per_row
-// that is not a multiple of the block size.
-void quantize_chunk(TensorType type, const float* src, void* dst, size_t n_rows, size_t n_per_row,
-                    const float* importance);
-
+// The per-type quantizers behind quantize_chunk, each ggml's quantize_<type>(src, dst,
+// n_rows, n_per_row, importance) (same contract as quantize_chunk, n_per_row already
+// checked). With importance, the legacy and K types search each block's scale(s) for the
+// weighted least-squares fit (weights importance[j] * sqrt(sigma^2 + x_j^2)); without, they
+// are quantize_row's *_ref bytes. IQ4_NL/IQ4_XS use the importance as weights the same
+// way; the ternary types ignore it (kernels/scalar/quant_weighted.cpp,
+// quant_iq4_quantize.cpp).
+void quantize_q4_0(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q4_1(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_0(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_1(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q2_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q3_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q4_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q5_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_q6_K(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq4_nl(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+void quantize_iq4_xs(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
 // ggml's codebook-search quantizers (quantize_iq2_xxs, ... in ggml-quants.c), which
 // quantize_chunk calls: n_rows rows of n_per_row floats (a multiple of 256, else
 // kiln::Error) -> blocks at dst; importance as for quantize_chunk. IQ2_XXS, IQ2_XS and
@@ -177,5 +194,15 @@ void quantize_iq3_xxs(const float* src, void* dst, size_t n_rows, size_t n_per_r
 void quantize_iq3_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
 void quantize_iq1_s(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
 void quantize_iq1_m(const float* src, void* dst, size_t n_rows, size_t n_per_row, const float* importance);
+
+// n_rows rows of n_per_row floats -> n_rows rows of `type` blocks at dst, the bytes of
+// ggml_quantize_chunk(type, src, dst, 0, n_rows, n_per_row, importance): importance is
+// nullptr or n_per_row weights (column j's, the same for every row; an imatrix's mean
+// squared activations), and with it the quantizers that use weights search for the
+// weighted least-squares fit as ggml's do (the bytes differ from quantize_row's). Throws
+// kiln::Error for a type it cannot write, a missing required importance, or an n_per_row
+// that is not a multiple of the block size.
+void quantize_chunk(TensorType type, const float* src, void* dst, size_t n_rows, size_t n_per_row,
+                    const float* importance);
 
 }  // namespace kiln::kernels::ref

@@ -34,6 +34,15 @@ TEST(QuantizePresets, NamesFileTypesAndBaseTypes) {
       {"Q4_K_M", 15, TensorType::Q4_K, true},  {"Q5_K_S", 16, TensorType::Q5_K, true},
       {"Q5_K_M", 17, TensorType::Q5_K, true},  {"Q6_K", 18, TensorType::Q6_K, true},
       {"MXFP4_MOE", 38, TensorType::MXFP4, false},
+      // llama_ftype_get_default_type: IQ2_S and IQ3_XS are mostly a smaller type than
+      // their names say, IQ3_M mostly IQ3_S.
+      {"IQ2_XXS", 19, TensorType::IQ2_XXS, true}, {"IQ2_XS", 20, TensorType::IQ2_XS, true},
+      {"IQ3_XS", 22, TensorType::IQ3_S, true},    {"IQ3_XXS", 23, TensorType::IQ3_XXS, true},
+      {"IQ1_S", 24, TensorType::IQ1_S, true},     {"IQ4_NL", 25, TensorType::IQ4_NL, true},
+      {"IQ3_S", 26, TensorType::IQ3_S, true},     {"IQ3_M", 27, TensorType::IQ3_S, true},
+      {"IQ2_S", 28, TensorType::IQ2_XS, true},    {"IQ2_M", 29, TensorType::IQ2_S, true},
+      {"IQ4_XS", 30, TensorType::IQ4_XS, true},   {"IQ1_M", 31, TensorType::IQ1_M, true},
+      {"TQ1_0", 36, TensorType::TQ1_0, true},     {"TQ2_0", 37, TensorType::TQ2_0, true},
   };
   for (const Want& w : want) {
     const Preset* p = find_preset(w.name);
@@ -51,7 +60,7 @@ TEST(QuantizePresets, NamesFileTypesAndBaseTypes) {
   EXPECT_EQ(find_preset("q4_k"), find_preset("Q4_K_M"));
   EXPECT_EQ(find_preset("Q5_K"), find_preset("Q5_K_M"));
   EXPECT_EQ(find_preset("mxfp4_moe"), find_preset("MXFP4_MOE"));
-  for (const char* bad : {"Q7_7", "Q8_K", "F16", "Q2_K_S", "IQ2_XS", "", "Q4_K_MM", "MXFP4"})
+  for (const char* bad : {"Q7_7", "Q8_K", "F16", "Q2_K_S", "IQ2_XS_", "IQ3_K", "", "Q4_K_MM", "MXFP4"})
     EXPECT_EQ(find_preset(bad), nullptr) << bad;
 }
 

@@ -71,7 +71,7 @@ TEST(QuantTraits, AgreeWithTheGgufTypeTable) {
     EXPECT_TRUE(t->can_dequantize) << t->name;
     EXPECT_EQ(ref::quant_traits(t->type), t);
   }
-  EXPECT_EQ(count, 23u);  // 12 + the 11 i-quant and ternary types (dequantization only)
+  EXPECT_EQ(count, 23u);  // 12 + the 11 i-quant and ternary types
   for (TensorType t : kQuantizable) EXPECT_TRUE(ref::quant_traits(t)->can_quantize);
   for (TensorType t : kKQuants) EXPECT_TRUE(ref::quant_traits(t)->can_quantize);
   EXPECT_EQ(ref::quant_traits(TensorType::F16), nullptr);

@@ -22,28 +22,12 @@
 #include <optional>
 
 #include "kernels/quant.h"
+#include "kernels/scalar/quant_k_fit.h"
 
 namespace kiln::kernels::ref {
-namespace {
+// The searches are in kfit (quant_k_fit.h) for the importance-weighted quantizers to share.
+namespace kfit {
 
-// Sub-blocks whose largest magnitude is below this are treated as all zero (ggml's
-// GROUP_MAX_EPS).
-constexpr float kZeroGroup = 1e-15f;
-constexpr int kMaxSubBlock = 32;
-
-// Round to nearest, ties to even, by adding 1.5 * 2^23 and reading the low mantissa bits:
-// ggml's nearest_int. Written that way (rather than lrintf) so that arguments beyond its
-// valid range |x| < 2^22, or NaN, give the same integer as in llama.cpp.
-int nearest_int(float x) {
-  const float shifted = x + 12582912.0f;
-  int32_t bits;
-  std::memcpy(&bits, &shifted, sizeof bits);
-  return (bits & 0x007fffff) - 0x00400000;
-}
-
-int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-// The value of largest magnitude, sign kept (the first of equals).
 float signed_largest(int n, const float* v) {
   float largest = 0, magnitude = 0;
   for (int i = 0; i < n; ++i) {
@@ -83,16 +67,6 @@ Fit keep_best_grid(int n, int n_grids, Fit best, int* levels, const TryGrid& try
 }
 
 // ---------------------------------------------------------------- affine: x ~ scale * l + offset
-
-// The search settings of one affine format. Candidate g stretches the range min..max over
-// qmax + first_stretch + g * stretch_step steps.
-struct AffineSearch {
-  int qmax;             // levels 0..qmax
-  float first_stretch;  // negative: the first candidates are coarser than the plain grid
-  int n_grids;
-  bool abs_error;       // judge by weighted |error| instead of squared (Q2_K)
-};
-constexpr float kStretchStep = 0.1f;
 
 struct AffineFit {
   float scale = 0, offset = 0, error = 0;
@@ -158,7 +132,7 @@ float fit_affine(int n, const AffineSearch& search, const float* x, const float*
 
   auto try_grid = [&](int g, const AffineFit& so_far, int* trial) {
     const float origin = so_far.offset;
-    const float stretched = (search.first_stretch + kStretchStep * g + qmax) / (max - origin);
+    const float stretched = (search.first_stretch + search.stretch_step * g + qmax) / (max - origin);
     const AffineSums s = round_affine(n, qmax, x, w, stretched, origin, trial);
     const float det = sum_w * s.l2 - s.l * s.l;
     if (!(det > 0)) return std::optional<AffineFit>{};
@@ -176,28 +150,28 @@ float fit_affine(int n, const AffineSearch& search, const float* x, const float*
   return best.scale;
 }
 
-// Q2_K, Q4_K, Q5_K (ggml's settings for each).
-constexpr AffineSearch kQ2Search{3, -0.5f, 16, true};
-constexpr AffineSearch kQ4Search{15, -1.0f, 21, false};
-constexpr AffineSearch kQ5Search{31, -0.5f, 16, false};
+// Q2_K, Q4_K, Q5_K (ggml's settings for each; Q2_K judges by |error|).
+constexpr AffineSearch kQ2Search{3, -0.5f, 0.1f, 16, true};
+constexpr AffineSearch kQ4Search{15, -1.0f, 0.1f, 21, false};
+constexpr AffineSearch kQ5Search{31, -0.5f, 0.1f, 16, false};
 
-// Final levels of an affine sub-block against its decoded scale and offset.
 void reround_affine(int n, int qmax, const float* x, float scale, float neg_offset, uint8_t* q) {
   for (int i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(clamp_int(nearest_int((x[i] + neg_offset) / scale), 0, qmax));
 }
 
 // ---------------------------------------------------------------- symmetric: x ~ scale * l
 
-// Levels l in -half..half-1, each value weighted by x^2 (large values matter most).
+// Levels l in -half..half-1, each value weighted by w[i], or by x^2 without weights (large
+// values matter most).
 struct SymmetricSums {
   float lx = 0, l2 = 0;
 };
-SymmetricSums round_symmetric(int n, int half, const float* x, float inv_scale, int* levels) {
+SymmetricSums round_symmetric(int n, int half, const float* x, const float* weights, float inv_scale, int* levels) {
   SymmetricSums s;
   for (int i = 0; i < n; ++i) {
     const int l = clamp_int(nearest_int(inv_scale * x[i]), -half, half - 1);
     levels[i] = l;
-    const float w = x[i] * x[i];
+    const float w = weights ? weights[i] : x[i] * x[i];
     s.lx += w * x[i] * l;
     s.l2 += w * l * l;
   }
@@ -222,26 +196,27 @@ struct SymmetricStart {
   float anchor;
   SymmetricSums sums;
 };
-std::optional<SymmetricStart> start_symmetric(int n, int half, const float* x, int* levels, int8_t* q) {
+std::optional<SymmetricStart> start_symmetric(int n, int half, const float* x, const float* weights, int* levels,
+                                              int8_t* q) {
   const float anchor = signed_largest(n, x);
   if (std::fabs(anchor) < kZeroGroup) {
     std::fill_n(q, n, int8_t{0});
     return std::nullopt;
   }
-  return SymmetricStart{anchor, round_symmetric(n, half, x, -half / anchor, levels)};
+  return SymmetricStart{anchor, round_symmetric(n, half, x, weights, -half / anchor, levels)};
 }
 
-// Q6_K: fits x[i] ~ scale * (q[i] - half). After the starting grid, tries 18 grids that
-// map the anchor to -(half +- 0.1 .. 0.9). Returns the scale (0 for an all-zero sub-block).
-float fit_symmetric(int n, int half, const float* x, int8_t* q) {
+// Q6_K: after the starting grid, tries 18 grids that map the anchor to
+// -(half +- 0.1 .. 0.9).
+float fit_symmetric(int n, int half, const float* x, const float* weights, int8_t* q) {
   int levels[kMaxSubBlock];
-  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, weights, levels, q);
   if (!start) return 0.0f;
   const SymmetricFit first(start->sums);
   const SymmetricFit best = keep_best_grid(n, 18, first, levels, [&](int g, const SymmetricFit&, int* trial) {
     const int tweak = g < 9 ? g - 9 : g - 8;  // -9..-1, 1..9
     const float inv_scale = -(half + 0.1f * tweak) / start->anchor;
-    return std::optional<SymmetricFit>{SymmetricFit(round_symmetric(n, half, x, inv_scale, trial))};
+    return std::optional<SymmetricFit>{SymmetricFit(round_symmetric(n, half, x, weights, inv_scale, trial))};
   });
   for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(levels[i] + half);
   return best.scale;
@@ -253,7 +228,7 @@ float fit_symmetric(int n, int half, const float* x, int8_t* q) {
 // changes nothing. Returns the final least-squares scale (0 for an all-zero sub-block).
 float fit_symmetric_by_descent(int n, int half, const float* x, int8_t* q) {
   int levels[kMaxSubBlock];
-  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, levels, q);
+  const std::optional<SymmetricStart> start = start_symmetric(n, half, x, nullptr, levels, q);
   if (!start) return 0.0f;
   SymmetricSums sums = start->sums;
   for (int sweep = 0; sweep < 5; ++sweep) {
@@ -278,21 +253,11 @@ float fit_symmetric_by_descent(int n, int half, const float* x, int8_t* q) {
   return sums.l2 > 0.0f ? sums.lx / sums.l2 : 0.0f;
 }
 
-// Final levels of a symmetric sub-block (stored + half) against its decoded scale.
 void reround_symmetric(int n, int half, const float* x, float scale, int8_t* q) {
   for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(clamp_int(nearest_int(x[i] / scale), -half, half - 1) + half);
 }
 
-// ---------------------------------------------------------------- bit layouts
-
-// Element e of a super-block: where its low 2 bits go in Q2_K/Q3_K qs (byte, shift).
-size_t low2_byte(size_t e) { return 32 * (e / 128) + e % 32; }
-int low2_shift(size_t e) { return int(2 * (e % 128 / 32)); }
-
-// Q4_K/Q5_K: the low 4 bits of element e sit in qs[32 * (e / 64) + e % 32], low nibble for
-// even 32-element sub-blocks, high nibble for odd ones.
-size_t nibble_byte(size_t e) { return 32 * (e / 64) + e % 32; }
-int nibble_shift(size_t e) { return int(4 * (e / 32 % 2)); }
+// ---------------------------------------------------------------- scale stages
 
 // The Q4_K/Q5_K scale stage: sub-block scales and mins (8 each, all >= 0) become 6-bit
 // multiples of d = max_scale/63 and dmin = max_min/63, packed as kernels/quant.h
@@ -344,7 +309,9 @@ void quantize_super_block_k4(const float* x, const AffineSearch& search, uint8_t
   }
 }
 
-}  // namespace
+}  // namespace kfit
+
+using namespace kfit;
 
 void quantize_row_q2_K(const float* x, block_q2_K* y, size_t n) {
   constexpr float kScaleLevels = 15.0f;  // 4-bit sub-block scales and mins
@@ -437,11 +404,16 @@ void quantize_row_q5_K(const float* x, block_q5_K* y, size_t n) {
   }
 }
 
-void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n) {
+void quantize_row_q6_K(const float* x, block_q6_K* y, size_t n) { kfit::quantize_q6_K_blocks(x, y, n, nullptr); }
+
+// ggml's weighted Q6_K differs from the reference only in the fit's weights: the
+// importance itself (of one row) instead of x^2.
+void kfit::quantize_q6_K_blocks(const float* x, block_q6_K* y, size_t n, const float* importance) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int8_t q[QK_K];
     float scales[16];
-    for (int j = 0; j < 16; ++j) scales[j] = fit_symmetric(16, 32, x + 16 * j, q + 16 * j);
+    for (int j = 0; j < 16; ++j)
+      scales[j] = fit_symmetric(16, 32, x + 16 * j, importance ? importance + QK_K * i + 16 * j : nullptr, q + 16 * j);
     const float largest = signed_largest(16, scales);
     if (std::fabs(largest) < kZeroGroup) {  // nothing to encode: an all-zero block
       std::memset(&y[i], 0, sizeof y[i]);

@@ -221,7 +221,8 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::Q6_K, "Q6_K", 256, sizeof(block_q6_K), true, true},
     {TensorType::Q8_K, "Q8_K", 256, sizeof(block_q8_K), true, true},
     {TensorType::MXFP4, "MXFP4", 32, sizeof(block_mxfp4), true, true},
-    // i-quants and ternary types: dequantization only (quant_iq_dequant.cpp).
+    // i-quants and ternary types: dequantization in quant_iq_dequant.cpp; quantize_row for
+    // the types that need no codebook search (the rest: quantize_chunk).
     {TensorType::IQ2_XXS, "IQ2_XXS", 256, sizeof(block_iq2_xxs), false, true},
     {TensorType::IQ2_XS, "IQ2_XS", 256, sizeof(block_iq2_xs), false, true},
     {TensorType::IQ2_S, "IQ2_S", 256, sizeof(block_iq2_s), false, true},
@@ -229,10 +230,10 @@ constexpr QuantTraits kTraits[] = {
     {TensorType::IQ3_S, "IQ3_S", 256, sizeof(block_iq3_s), false, true},
     {TensorType::IQ1_S, "IQ1_S", 256, sizeof(block_iq1_s), false, true},
     {TensorType::IQ1_M, "IQ1_M", 256, sizeof(block_iq1_m), false, true},
-    {TensorType::IQ4_NL, "IQ4_NL", 32, sizeof(block_iq4_nl), false, true},
-    {TensorType::IQ4_XS, "IQ4_XS", 256, sizeof(block_iq4_xs), false, true},
-    {TensorType::TQ1_0, "TQ1_0", 256, sizeof(block_tq1_0), false, true},
-    {TensorType::TQ2_0, "TQ2_0", 256, sizeof(block_tq2_0), false, true},
+    {TensorType::IQ4_NL, "IQ4_NL", 32, sizeof(block_iq4_nl), true, true},
+    {TensorType::IQ4_XS, "IQ4_XS", 256, sizeof(block_iq4_xs), true, true},
+    {TensorType::TQ1_0, "TQ1_0", 256, sizeof(block_tq1_0), true, true},
+    {TensorType::TQ2_0, "TQ2_0", 256, sizeof(block_tq2_0), true, true},
 };
 
 // Throws unless `supported` and n is whole blocks of t (t may be null: unknown type).
@@ -302,6 +303,10 @@ void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::Q6_K: return quantize_row_q6_K(src, static_cast<block_q6_K*>(dst), n);
     case TensorType::Q8_K: return quantize_row_q8_K(src, static_cast<block_q8_K*>(dst), n);
     case TensorType::MXFP4: return quantize_row_mxfp4(src, static_cast<block_mxfp4*>(dst), n);
+    case TensorType::IQ4_NL: return quantize_row_iq4_nl(src, static_cast<block_iq4_nl*>(dst), n);
+    case TensorType::IQ4_XS: return quantize_row_iq4_xs(src, static_cast<block_iq4_xs*>(dst), n);
+    case TensorType::TQ1_0: return quantize_row_tq1_0(src, static_cast<block_tq1_0*>(dst), n);
+    case TensorType::TQ2_0: return quantize_row_tq2_0(src, static_cast<block_tq2_0*>(dst), n);
     default: break;
   }
   throw Error("quantize_row: traits and switch disagree");  // unreachable

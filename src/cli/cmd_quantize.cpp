@@ -1,8 +1,8 @@
 // kiln quantize IN.gguf OUT.gguf PRESET [--imatrix FILE]: rewrites a float model with
-// quantized weights. The K presets choose a type per tensor exactly as llama-quantize does
-// (src/quantize/mix.h); the legacy presets quantize every matrix whose rows are whole
-// blocks and keep the rest. --imatrix weighs each matrix's quantization error by its
-// importance vector (kiln imatrix's or llama-imatrix's file, either format).
+// quantized weights. The K, i-quant and ternary presets choose a type per tensor exactly as
+// llama-quantize does (src/quantize/mix.h); the legacy presets quantize every matrix whose
+// rows are whole blocks and keep the rest. --imatrix weighs each matrix's quantization
+// error by its importance vector (kiln imatrix's or llama-imatrix's file, either format).
 // Progress: a bar on stderr when it is a terminal, otherwise one line per tensor; nothing
 // but errors with --quiet.
 #include <spdlog/spdlog.h>

@@ -8,13 +8,17 @@
 #include <cctype>
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "kiln/error.h"
+#include "quantize/mix_rules.h"
 
 namespace kiln::quantize {
 namespace {
+
+using namespace rules;
 
 constexpr Preset kPresets[] = {
     {"Q8_0", FileType::Q8_0, TensorType::Q8_0, false},
@@ -31,6 +35,20 @@ constexpr Preset kPresets[] = {
     {"Q5_K_S", FileType::Q5_K_S, TensorType::Q5_K, true},
     {"Q5_K_M", FileType::Q5_K_M, TensorType::Q5_K, true},
     {"Q6_K", FileType::Q6_K, TensorType::Q6_K, true},
+    {"IQ2_XXS", FileType::IQ2_XXS, TensorType::IQ2_XXS, true},
+    {"IQ2_XS", FileType::IQ2_XS, TensorType::IQ2_XS, true},
+    {"IQ2_S", FileType::IQ2_S, TensorType::IQ2_XS, true},
+    {"IQ2_M", FileType::IQ2_M, TensorType::IQ2_S, true},
+    {"IQ1_S", FileType::IQ1_S, TensorType::IQ1_S, true},
+    {"IQ1_M", FileType::IQ1_M, TensorType::IQ1_M, true},
+    {"IQ3_XXS", FileType::IQ3_XXS, TensorType::IQ3_XXS, true},
+    {"IQ3_XS", FileType::IQ3_XS, TensorType::IQ3_S, true},
+    {"IQ3_S", FileType::IQ3_S, TensorType::IQ3_S, true},
+    {"IQ3_M", FileType::IQ3_M, TensorType::IQ3_S, true},
+    {"IQ4_NL", FileType::IQ4_NL, TensorType::IQ4_NL, true},
+    {"IQ4_XS", FileType::IQ4_XS, TensorType::IQ4_XS, true},
+    {"TQ1_0", FileType::TQ1_0, TensorType::TQ1_0, true},
+    {"TQ2_0", FileType::TQ2_0, TensorType::TQ2_0, true},
     {"MXFP4_MOE", FileType::MXFP4_MOE, TensorType::MXFP4, false},
 };
 
@@ -44,7 +62,6 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -53,35 +70,7 @@ uint64_t block_size(TensorType t) { return type_info(t).block_size; }
 
 TypeChoice plain(TensorType t) { return {t, false, {}}; }
 
-// Broad roles llama.cpp gives tensors by name (tensor_get_category), tested in this order:
-// "attn_v.weight" must win over "attn_k.weight" and so on only by being checked first.
-enum class Role { output, token_embd, attn_qkv, attn_kv_b, attn_v, attn_k, attn_q, attn_output, ffn_up, ffn_gate, ffn_down, other };
 
-Role role_of(const std::string& name) {
-  if (name == "output.weight") return Role::output;
-  if (name == "token_embd.weight" || name == "per_layer_token_embd.weight") return Role::token_embd;
-  if (contains(name, "attn_qkv.weight")) return Role::attn_qkv;
-  if (contains(name, "attn_kv_b.weight")) return Role::attn_kv_b;
-  if (contains(name, "attn_v.weight")) return Role::attn_v;
-  if (contains(name, "attn_k.weight")) return Role::attn_k;
-  if (contains(name, "attn_q.weight")) return Role::attn_q;
-  if (contains(name, "attn_output.weight")) return Role::attn_output;
-  if (contains(name, "ffn_up")) return Role::ffn_up;
-  if (contains(name, "ffn_gate")) return Role::ffn_gate;
-  if (contains(name, "ffn_down")) return Role::ffn_down;
-  return Role::other;
-}
-
-// The value projections (and fused QKV) are the most sensitive to quantization; the mixes
-// treat them as one group with its own counter.
-bool is_value_like(Role r) { return r == Role::attn_v || r == Role::attn_qkv || r == Role::attn_kv_b; }
-
-// The layer number in a tensor's name ("blk.7.ffn_down_exps.weight" -> 7), -1 for none.
-int layer_in_name(const std::string& name) {
-  int layer = -1;
-  std::sscanf(name.c_str(), "blk.%d.", &layer);
-  return layer;
-}
 
 // ggml_n_dims: trailing dimensions of 1 do not count, so a [n, 1] tensor is 1-D.
 size_t effective_dims(const std::vector<uint64_t>& dims) {
@@ -112,11 +101,6 @@ bool llama_quantizes(const TensorDesc& t) {
   return true;
 }
 
-// Layers at the start and end of the stack, and every third one between, get more bits in
-// the _M mixes (llama.cpp's use_more_bits).
-bool use_more_bits(int layer, int n_layers) {
-  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
-}
 
 // The K mixes as data. Each one gives most matrices its base type and singles out three
 // groups: the value projections (attn_v, or the fused attn_qkv), ffn_down, and
@@ -234,14 +218,6 @@ TensorType output_projection_type(TensorType base, const TensorDesc& t) {
   return TensorType::Q6_K;
 }
 
-// An expert model's ffn_down position: the layer number in its name, which must be one.
-int expert_layer(const std::string& name, int n_layers) {
-  const int layer = layer_in_name(name);
-  if (layer < 0 || layer >= n_layers)
-    throw Error("tensor '" + name + "': the K mixes of a mixture-of-experts model need a layer number below " +
-                std::to_string(n_layers) + " in its name");
-  return layer;
-}
 
 // llama.cpp tuned these on Mixtral 8x7B and applies them to any model with exactly eight
 // experts, whatever the preset: its attention is a small share of the weights, so the key
@@ -283,15 +259,25 @@ TensorType mix_type(MixState& s, Role role, const TensorDesc& t) {
   return s.base;
 }
 
-// tensor_type_fallback: a type whose blocks do not tile the rows becomes the legacy type
-// of about the same size, and F16 if even 32-value blocks do not fit.
+// tensor_type_fallback: a type whose blocks do not tile the rows becomes the 32-value type
+// of about the same size (IQ4_NL for the i-quants), and F16 if even that does not fit.
 TypeChoice fit_row_length(TensorType type, const TensorDesc& t) {
   const uint64_t row = t.dims[0];
   if (row % block_size(type) == 0) return plain(type);
   TensorType fallback;
   switch (type) {
+    case TensorType::IQ1_S:
+    case TensorType::IQ1_M:
+    case TensorType::IQ2_XXS:
+    case TensorType::IQ2_XS:
+    case TensorType::IQ2_S:
+    case TensorType::IQ3_XXS:
+    case TensorType::IQ3_S:
+    case TensorType::IQ4_XS: fallback = TensorType::IQ4_NL; break;
     case TensorType::Q2_K:
-    case TensorType::Q3_K: fallback = TensorType::Q4_0; break;
+    case TensorType::Q3_K:
+    case TensorType::TQ1_0:
+    case TensorType::TQ2_0: fallback = TensorType::Q4_0; break;
     case TensorType::Q4_K: fallback = TensorType::Q5_0; break;
     case TensorType::Q5_K: fallback = TensorType::Q5_1; break;
     case TensorType::Q6_K: fallback = TensorType::Q8_0; break;
@@ -301,6 +287,24 @@ TypeChoice fit_row_length(TensorType type, const TensorDesc& t) {
   }
   if (row % block_size(fallback) != 0) fallback = TensorType::F16;
   return {fallback, true, "rows of " + std::to_string(row) + " are not whole " + type_name(type) + " blocks"};
+}
+
+// llama-quantize refuses to write these types without an importance matrix ("the result
+// will be garbage"), except in the embeddings and output projection, where its rules never
+// put them.
+void require_no_importance(TensorType type, Role r, const TensorDesc& t) {
+  if (r == Role::output || r == Role::token_embd) return;
+  switch (type) {
+    case TensorType::IQ1_S:
+    case TensorType::IQ1_M:
+    case TensorType::IQ2_XXS:
+    case TensorType::IQ2_XS:
+    case TensorType::IQ2_S:
+    case TensorType::IQ3_XXS: break;
+    default: return;
+  }
+  throw Error("this quantization requires an importance matrix: tensor '" + t.name + "' would be " + type_name(type) +
+              ", which llama-quantize refuses to write without one (make one with llama-imatrix)");
 }
 
 // llama-quantize visits tensors sorted by layer number (non-layer tensors first), then by
@@ -320,23 +324,24 @@ std::vector<size_t> visit_order(const std::vector<TensorDesc>& tensors) {
 // (llama-quantize would refuse the others; kiln keeps their type), except the output
 // projection, which gets llama-quantize's choice (Q6_K, or Q8_0) as in the K mixes, and
 // an 8-expert model's key and value projections, which get Q8_0 as there.
-// With an importance matrix, Q4_0 and Q5_0 give the first eighth of the ffn_down matrices
-// (by position, or by the layer in the name with experts) Q4_1 and Q5_1 instead: even
-// weighted, llama.cpp found those layers going wrong with the plain types.
 std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, const std::vector<TensorDesc>& tensors,
                                      bool has_imatrix) {
   bool tied = true;
   for (const TensorDesc& t : tensors)
     if (role_of(t.name) == Role::output) tied = false;
-  std::vector<bool> guarded(tensors.size(), false);
-  if (has_imatrix && (p.file_type == FileType::Q4_0 || p.file_type == FileType::Q5_0)) {
-    int position = 0;
+  // With an importance matrix, llama-quantize gives the first eighth of the ffn_down
+  // matrices Q4_1 (Q5_1) in the Q4_0 (Q5_0) preset: their first layers go astray even with
+  // one. Position as in the K mixes: the layer in the name with experts, else the visiting
+  // order.
+  const bool step_up_ffn_down = has_imatrix && (p.base_type == TensorType::Q4_0 || p.base_type == TensorType::Q5_0);
+  std::vector<int> ffn_down_position(tensors.size(), -1);
+  if (step_up_ffn_down) {
+    int seen = 0;
     for (size_t i : visit_order(tensors)) {
       const TensorDesc& t = tensors[i];
       if (role_of(t.name) != Role::ffn_down || !llama_quantizes(t)) continue;
-      const int layer = model.n_experts > 1 ? layer_in_name(t.name) : position;
-      ++position;
-      guarded[i] = layer >= 0 && layer < int(model.n_layers / 8);
+      ffn_down_position[i] = model.n_experts > 1 ? expert_layer(t.name, int(model.n_layers)) : seen;
+      ++seen;
     }
   }
   std::vector<TypeChoice> out;
@@ -355,8 +360,8 @@ std::vector<TypeChoice> legacy_types(const Preset& p, const ModelFacts& model, c
       out.push_back(fit_row_length(output_projection_type(p.base_type, t), t));
     } else if (eight_expert_kv(model.n_experts, r) && llama_quantizes(t)) {
       out.push_back(plain(TensorType::Q8_0));
-    } else if (guarded[i]) {
-      out.push_back(plain(p.file_type == FileType::Q4_0 ? TensorType::Q4_1 : TensorType::Q5_1));
+    } else if (ffn_down_position[i] >= 0 && ffn_down_position[i] < int(model.n_layers) / 8) {
+      out.push_back(plain(p.base_type == TensorType::Q4_0 ? TensorType::Q4_1 : TensorType::Q5_1));
     } else {
       out.push_back(plain(p.base_type));
     }
@@ -407,13 +412,21 @@ std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& mod
     throw Error("the " + std::string(preset.name) + " mix follows llama-quantize's rules for the architectures kiln runs (" +
                 known + "); this model is '" + model.arch + "'");
   }
-  MixState s{k_mix(preset.file_type), preset.base_type, int(model.n_layers), 0,
-             model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0, arch->is_70b(model), true, model.n_experts};
+  const int gqa = model.n_kv_heads ? int(model.n_heads / model.n_kv_heads) : 0;
+  int n_value_like = 0;
+  bool tied = true;
   for (const TensorDesc& t : tensors) {
     const Role r = role_of(t.name);
-    if (is_value_like(r)) ++s.n_value_like;
-    if (r == Role::output) s.tied = false;
+    if (is_value_like(r)) ++n_value_like;
+    if (r == Role::output) tied = false;
   }
+  const bool iq = is_iq_preset(preset.file_type);
+  IqMixState iq_state{preset.file_type, preset.base_type, int(model.n_layers), gqa, arch->is_70b(model), tied,
+                      model.n_experts, has_imatrix};
+  std::optional<MixState> k_state;
+  if (!iq)
+    k_state.emplace(MixState{k_mix(preset.file_type), preset.base_type, int(model.n_layers), n_value_like, gqa,
+                             arch->is_70b(model), tied, model.n_experts});
 
   std::vector<TypeChoice> out(tensors.size(), plain(TensorType::F32));
   for (size_t i : visit_order(tensors)) {
@@ -422,7 +435,9 @@ std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& mod
       out[i] = plain(t.type);
       continue;
     }
-    out[i] = fit_row_length(mix_type(s, role_of(t.name), t), t);
+    const Role r = role_of(t.name);
+    out[i] = fit_row_length(iq ? iq_mix_type(iq_state, r, t) : mix_type(*k_state, r, t), t);
+    if (!has_imatrix) require_no_importance(out[i].type, r, t);
   }
   return out;
 }

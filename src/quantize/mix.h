@@ -21,6 +21,13 @@
 // llama-quantize refuses a model (rows that are not whole 32-value blocks), kiln keeps
 // those tensors' type instead.
 //
+// The i-quant and ternary presets (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS,
+// IQ3_XS, IQ3_S, IQ3_M, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0) are mixes too, with llama-quantize's
+// rules for each (src/quantize/mix_iq.cpp): the lowest-bit ones give value projections,
+// the first ffn_down matrices and the embeddings K types, the IQ3 ones step attention and
+// FFN matrices up or down, IQ4 gives grouped-query value matrices Q5_K. Matrices whose rows
+// are not whole 256-value blocks fall back to IQ4_NL (Q4_0 for the ternary types).
+//
 // MXFP4_MOE (gpt-oss's format): a mixture of experts' stacked 3-D matrices (more than one
 // expert) get MXFP4, every other matrix llama-quantize quantizes Q8_0, the output
 // projection included. Rows that are not whole 32-value blocks are refused, naming the
@@ -50,6 +57,20 @@ enum class FileType : uint32_t {
   Q5_K_S = 16,
   Q5_K_M = 17,
   Q6_K = 18,
+  IQ2_XXS = 19,
+  IQ2_XS = 20,
+  IQ3_XS = 22,
+  IQ3_XXS = 23,
+  IQ1_S = 24,
+  IQ4_NL = 25,
+  IQ3_S = 26,
+  IQ3_M = 27,
+  IQ2_S = 28,
+  IQ2_M = 29,
+  IQ4_XS = 30,
+  IQ1_M = 31,
+  TQ1_0 = 36,
+  TQ2_0 = 37,
   MXFP4_MOE = 38,
 };
 
@@ -57,7 +78,7 @@ struct Preset {
   std::string_view name;  // as llama-quantize spells it
   FileType file_type;
   TensorType base_type;   // what most matrices get
-  bool llama_mix;         // llama-quantize's per-tensor rules (the K mixes; MXFP4_MOE has its own)
+  bool llama_mix;         // llama-quantize's per-tensor rules (the K and i-quant mixes; MXFP4_MOE has its own)
 };
 
 // The preset of that name, case-insensitive; Q3_K, Q4_K and Q5_K are aliases of the _M
@@ -87,11 +108,12 @@ struct TypeChoice {
   std::string note;    // why, for fallbacks: "rows of 64 are not whole Q4_K blocks"
 };
 
-// One choice per tensor, in the order given. Throws kiln::Error (naming the tensor) where
-// llama-quantize would refuse, or kiln has no rules for: a K preset on an architecture
-// kiln does not run or on a mixture-of-experts model. has_imatrix: quantizing with an
-// importance matrix, which changes some of llama-quantize's choices (Q4_0 and Q5_0's
-// first ffn_down layers).
+// One choice per tensor, in the order given. has_imatrix: an importance matrix will be
+// used (llama-quantize's rules then differ for Q4_0/Q5_0's first ffn_down layers, IQ3_XXS,
+// IQ4_NL and IQ4_XS). Throws kiln::Error (naming the tensor) where llama-quantize would
+// refuse, or kiln has no rules for: a mix on an architecture kiln does not run, or a
+// tensor whose type needs an importance matrix (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS) without one.
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors, bool has_imatrix = false);
 

@@ -94,9 +94,9 @@ std::vector<uint8_t> convert(const gguf::TensorInfo& t, TensorType to, unsigned 
         kernels::ref::quantize_chunk(to, values.data(), dst, n_rows, row_length,
                                      importance + r / rows_per_matrix * row_length);
       } else {
-        // Whole rows of whole blocks: the reference quantizers are block-local, so the
+        // Whole rows of whole blocks: the reference quantizers are row-local, so the
         // bytes do not depend on how rows are split between threads.
-        kernels::ref::quantize_row(to, values.data(), dst, n);
+        kernels::ref::quantize_chunk(to, values.data(), dst, n_rows, row_length, nullptr);
       }
     }
   });
