@@ -230,5 +230,22 @@ TEST(IqPresetsCli, RefusesLowBitPresetsWithoutAnImportanceMatrix) {
   }
 }
 
+// llama-quantize's type overrides: an unknown or unwritable type is a usage error naming the
+// flag; a forced type that needs an importance matrix there is none of names the tensor
+// (llama-quantize lets that through to an assertion in ggml). (Their effect on the bytes is checked against
+// llama-quantize's files in tests/iquant_perplexity_test.cpp.)
+TEST(IqPresetsCli, TypeOverridesAreChecked) {
+  const Input in = write_model(kModels[0]);
+  const std::string out = temp_dir() + "/override.gguf";
+  const std::string base = shell_quote(kiln_binary()) + " quantize " + shell_quote(in.path) + " " + shell_quote(out) + " ";
+  expect_one_line_error(run_command(base + "IQ4_XS --output-tensor-type q9_k --quiet"), 2,
+                        "--output-tensor-type: unknown or unwritable type 'q9_k'");
+  expect_one_line_error(run_command(base + "IQ4_XS --token-embedding-type q8_k --quiet"), 2,
+                        "--token-embedding-type: unknown or unwritable type 'q8_k'");
+  expect_one_line_error(run_command(base + "IQ4_XS --pure --token-embedding-type iq2_xxs --quiet"), 1,
+                        "tensor 'token_embd.weight' would be IQ2_XXS, which cannot be written without an importance matrix");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 }  // namespace kiln::quantize

@@ -286,9 +286,10 @@ Scored score(const std::string& model, Isa isa) {
 class IqModel : public testing::TestWithParam<TensorType> {};
 
 // A llama whose matrices, token_embd and output included, are random blocks of the type,
-// against the same model with those weights dequantized into F32: the only difference
-// is the order of the matmuls' sums (per block, then across blocks), so perplexities
-// agree to float rounding and greedy text is the same, on every kernel table.
+// against the same model with those weights dequantized into F32: on the scalar table the
+// only difference is the order of the matmuls' sums (per block, then across blocks), so
+// perplexities agree to float rounding and greedy text is the same; the SIMD tables add
+// the 8-bit activations' error.
 TEST_P(IqModel, LoadsAndScoresAsItsDequantizedWeightsOnEveryIsa) {
   const TensorType type = GetParam();
   gen::GenerateOptions o;
@@ -331,9 +332,15 @@ TEST_P(IqModel, LoadsAndScoresAsItsDequantizedWeightsOnEveryIsa) {
     const Scored a = score(qpath, isa), b = score(fpath, isa);
     std::printf("[ %s %s ] PPL %.6f, dequantized to F32 %.6f\n", type_name(type).c_str(), isa_name(isa), a.ppl, b.ppl);
     EXPECT_TRUE(std::isfinite(a.ppl) && a.ppl > 1) << a.ppl;
-    EXPECT_NEAR(a.ppl, b.ppl, b.ppl * 2e-5);  // seen: 1.5e-6 at most
     EXPECT_FALSE(a.text.empty());
-    EXPECT_EQ(a.text, b.text);
+    if (isa == Isa::scalar) {
+      EXPECT_NEAR(a.ppl, b.ppl, b.ppl * 2e-5);  // seen: 1.5e-6 at most
+      EXPECT_EQ(a.text, b.text);
+    } else {
+      // The SIMD tables multiply 8-bit activations (kernels/packed.h's error budget), as
+      // llama.cpp does, so the text of this noise model may part at a near tie; seen: 0.15%.
+      EXPECT_NEAR(a.ppl, b.ppl, b.ppl * 5e-3);
+    }
   }
 }
 

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <string>
 
 #include "cli/common.h"
+#include "kernels/quant.h"
 #include "kiln/error.h"
 #include "quantize/quantize_model.h"
 
@@ -21,7 +23,8 @@ namespace {
 
 struct QuantizeOptions {
   LogOptions log;
-  std::string input, output, type, imatrix;
+  std::string input, output, type, imatrix, output_tensor_type, token_embedding_type;
+  bool pure = false;
   unsigned n_threads = 0;
 };
 
@@ -50,6 +53,17 @@ std::string type_counts(const quantize::Summary& sum) {
   return s;
 }
 
+// A type kiln can write (a quantized type with a quantizer, or F32/F16/BF16), from
+// llama-quantize's spelling ("q4_k", "iq2_xxs", "f16").
+std::optional<TensorType> override_type(const char* flag, const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  const std::optional<TensorType> t = type_from_name(name);
+  const kernels::ref::QuantTraits* q = t ? kernels::ref::quant_traits(*t) : nullptr;
+  if (!t || (!is_float_type(*t) && (!q || *t == TensorType::Q8_K)))
+    throw UsageError(std::string(flag) + ": unknown or unwritable type '" + name + "'");
+  return t;
+}
+
 int quantize(QuantizeOptions& o) {
   setup_logging(o.log);
   const quantize::Preset* preset = quantize::find_preset(o.type);
@@ -69,10 +83,15 @@ int quantize(QuantizeOptions& o) {
     };
   }
 
+  quantize::TypeOverrides overrides;
+  overrides.pure = o.pure;
+  overrides.output_type = override_type("--output-tensor-type", o.output_tensor_type);
+  overrides.token_embd_type = override_type("--token-embedding-type", o.token_embedding_type);
+
   const auto t0 = std::chrono::steady_clock::now();
   quantize::Summary sum;
   try {
-    sum = quantize::quantize_model(o.input, o.output, *preset, o.n_threads, progress, o.imatrix);
+    sum = quantize::quantize_model(o.input, o.output, *preset, o.n_threads, progress, o.imatrix, overrides);
   } catch (...) {
     if (bar) std::fputc('\n', stderr);  // leave the bar's line before the error message
     throw;
@@ -105,6 +124,9 @@ void register_quantize(CLI::App& app, Action& action) {
   cmd->add_option("--imatrix", o->imatrix,
                   "Importance matrix (kiln imatrix or llama-imatrix, GGUF or .dat) to weigh each matrix's "
                   "quantization error by");
+  cmd->add_flag("--pure", o->pure, "Every quantized tensor gets the preset's base type (no mix rules, no fallbacks)");
+  cmd->add_option("--output-tensor-type", o->output_tensor_type, "Type of output.weight (e.g. q6_k, f16)");
+  cmd->add_option("--token-embedding-type", o->token_embedding_type, "Type of token_embd.weight (e.g. q4_k)");
   add_log_options(*cmd, o->log);
   cmd->callback([o, &action] { action = [o] { return quantize(*o); }; });
 }

@@ -4,6 +4,8 @@
 // tables: which tensors are quantized, the K mixes, the 70B sizes, the 8-expert rules.
 #include "quantize/mix.h"
 
+#include "kernels/quant_iq.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -401,7 +403,9 @@ std::string preset_names() {
   return out;
 }
 
-std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
+namespace {
+
+std::vector<TypeChoice> preset_types(const Preset& preset, const ModelFacts& model,
                                      const std::vector<TensorDesc>& tensors, bool has_imatrix) {
   if (preset.file_type == FileType::MXFP4_MOE) return mxfp4_moe_types(tensors);
   if (!preset.llama_mix) return legacy_types(preset, model, tensors, has_imatrix);
@@ -438,6 +442,49 @@ std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& mod
     const Role r = role_of(t.name);
     out[i] = fit_row_length(iq ? iq_mix_type(iq_state, r, t) : mix_type(*k_state, r, t), t);
     if (!has_imatrix) require_no_importance(out[i].type, r, t);
+  }
+  return out;
+}
+
+// Exactly the type asked for: llama-quantize applies overrides after its fallbacks.
+TypeChoice forced(TensorType type, const TensorDesc& t) {
+  if (t.dims[0] % block_size(type) != 0)
+    throw Error("tensor '" + t.name + "': rows of " + std::to_string(t.dims[0]) + " are not whole " + type_name(type) +
+                " blocks (from --pure, --output-tensor-type or --token-embedding-type)");
+  return plain(type);
+}
+
+}  // namespace
+
+std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
+                                     const std::vector<TensorDesc>& tensors, bool has_imatrix,
+                                     const TypeOverrides& overrides) {
+  std::vector<TypeChoice> out = preset_types(preset, model, tensors, has_imatrix);
+  if (!overrides.pure && !overrides.output_type && !overrides.token_embd_type) return out;
+  bool tied = true;
+  for (const TensorDesc& t : tensors)
+    if (role_of(t.name) == Role::output) tied = false;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorDesc& t = tensors[i];
+    if (!llama_quantizes(t)) continue;
+    const Role r = role_of(t.name);
+    if (r == Role::token_embd && overrides.token_embd_type) {
+      out[i] = forced(*overrides.token_embd_type, t);
+    } else if (r == Role::output && overrides.output_type) {
+      out[i] = forced(*overrides.output_type, t);
+    } else if (overrides.pure) {
+      out[i] = forced(preset.base_type, t);
+    } else if (r == Role::token_embd && tied && overrides.output_type) {
+      out[i] = forced(*overrides.output_type, t);
+    } else {
+      continue;
+    }
+    if (has_imatrix) continue;
+    require_no_importance(out[i].type, r, t);
+    // The embeddings and output escape llama-quantize's refusal, but not ggml's quantizers.
+    if (kernels::ref::quantize_requires_importance(out[i].type))
+      throw Error("tensor '" + t.name + "' would be " + type_name(out[i].type) +
+                  ", which cannot be written without an importance matrix (--imatrix)");
   }
   return out;
 }

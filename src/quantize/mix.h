@@ -33,6 +33,7 @@
 // projection included. Rows that are not whole 32-value blocks are refused, naming the
 // tensor, as llama-quantize refuses them (it has no fallback for either type).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,7 +115,18 @@ struct TypeChoice {
 // refuse, or kiln has no rules for: a mix on an architecture kiln does not run, or a
 // tensor whose type needs an importance matrix (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
 // IQ3_XXS) without one.
+// llama-quantize's --pure (every tensor it quantizes gets the preset's base type: no mix
+// rules, no fallbacks), --output-tensor-type and --token-embedding-type (that type for
+// output.weight / token_embd.weight, whatever the preset; without --pure a tied token_embd
+// takes the output type, as it is the output projection). A type whose blocks do not tile
+// a tensor's rows is refused, naming the tensor (llama-quantize has no fallback there).
+struct TypeOverrides {
+  bool pure = false;
+  std::optional<TensorType> output_type, token_embd_type;
+};
+
 std::vector<TypeChoice> choose_types(const Preset& preset, const ModelFacts& model,
-                                     const std::vector<TensorDesc>& tensors, bool has_imatrix = false);
+                                     const std::vector<TensorDesc>& tensors, bool has_imatrix = false,
+                                     const TypeOverrides& overrides = {});
 
 }  // namespace kiln::quantize

@@ -163,7 +163,8 @@ const float* importance_of(const gguf::TensorInfo& t, const std::map<std::string
 }  // namespace
 
 Summary quantize_model(const std::string& input, const std::string& output, const Preset& preset,
-                       unsigned n_threads, const Progress& progress, const std::string& imatrix) {
+                       unsigned n_threads, const Progress& progress, const std::string& imatrix,
+                       const TypeOverrides& overrides) {
   std::error_code ec;
   if (std::filesystem::equivalent(input, output, ec))
     throw Error(output + ": is the input file; write the quantized model to another path");
@@ -178,7 +179,7 @@ Summary quantize_model(const std::string& input, const std::string& output, cons
   }
   std::vector<TypeChoice> choices;
   try {
-    choices = choose_types(preset, read_facts(*in), descs, !imatrix.empty());
+    choices = choose_types(preset, read_facts(*in), descs, !imatrix.empty(), overrides);
   } catch (const Error& e) {
     throw Error(input + ": " + e.what());
   }

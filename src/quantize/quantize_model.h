@@ -51,6 +51,7 @@ struct Summary {
 // tensor: unreadable or non-float input, a preset that cannot apply to this model, a bad
 // importance matrix or one whose entry does not fit its tensor, or a write failure.
 Summary quantize_model(const std::string& input, const std::string& output, const Preset& preset,
-                       unsigned n_threads, const Progress& progress = {}, const std::string& imatrix = {});
+                       unsigned n_threads, const Progress& progress = {}, const std::string& imatrix = {},
+                       const TypeOverrides& overrides = {});
 
 }  // namespace kiln::quantize
