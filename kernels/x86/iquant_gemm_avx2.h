@@ -22,6 +22,7 @@
 #include "kernels/packed.h"
 #include "kernels/x86/avx2/vec.h"
 #include "kernels/x86/iquant_decode_avx2.h"
+#include "kernels/x86/prefetch.h"
 
 #ifndef KILN_IQ_VNNI
 #error "define KILN_IQ_VNNI (0 or 1) before including iquant_gemm_avx2.h"
@@ -208,10 +209,12 @@ void iq_tile(const WBlock2* w, const IqAct* x, size_t n_blocks, float* y, size_t
 // operations of iq_tile<MR, 1> without the buffer (the same bits).
 template <TensorType T>
 void iq_rows_direct(const GemmArgs& a, const IqAct& x, size_t n_blocks, float* y) {
+  const uint8_t* end = static_cast<const uint8_t*>(a.w) + a.r1 * a.w_row_bytes;
   for (size_t r = a.r0; r < a.r1; ++r) {
     const uint8_t* row = static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes;
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < n_blocks; ++b) {
+      x86::prefetch_ahead(row + b * kIqBlockBytes<T>, kIqBlockBytes<T>, end);  // as the AVX-512 decode
       WBlock2 wb;
       iq_decode<T>(row + b * kIqBlockBytes<T>, wb);
       const __m256i* xq = x.q + 8 * b;
@@ -250,8 +253,11 @@ void iq_gemm(const GemmArgs& a) {
       const int mr = int(a.r1 - r < size_t(kIqRw) ? a.r1 - r : size_t(kIqRw));
       for (int i = 0; i < mr; ++i) {
         const uint8_t* row = static_cast<const uint8_t*>(a.w) + (r + i) * a.w_row_bytes;
-        for (size_t blk = 0; blk < n_blocks; ++blk)
+        for (size_t blk = 0; blk < n_blocks; ++blk) {
+          x86::prefetch_ahead(row + blk * kIqBlockBytes<T>, kIqBlockBytes<T>,
+                              static_cast<const uint8_t*>(a.w) + a.r1 * a.w_row_bytes);
           iq_decode<T>(row + blk * kIqBlockBytes<T>, wbuf[i * n_blocks + blk]);
+        }
       }
       for (size_t j = 0; j < nb; j += kIqRb) {
         const int nr = int(nb - j < size_t(kIqRb) ? nb - j : size_t(kIqRb));
