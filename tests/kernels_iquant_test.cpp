@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant_iq.h"
 #include "kiln/gguf.h"
+#include "test_util.h"
 
 namespace kiln::kernels {
 namespace {
@@ -71,26 +72,10 @@ std::vector<uint8_t> random_blocks(TensorType t, size_t rows, size_t k, std::mt1
   return data;
 }
 
-// Float64 value and error bound of one output: each x_i moves by at most half a step of
-// its activation block's scale (amax / 127 per 256, or per 32 with fp16 rounding of the
-// scale for IQ4_NL, as ggml's vec_dot types), plus float rounding.
-struct Expected {
-  double value = 0, bound = 0, magnitude = 0;
-};
-Expected expected(const float* w, const float* x, size_t k, size_t act_block) {
-  Expected e;
-  const double step_error = act_block == 32 ? 0.5 + 127.0 / 2048.0 : 0.5;
-  for (size_t b = 0; b < k; b += act_block) {
-    double amax = 0;
-    for (size_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(double(x[i])));
-    for (size_t i = b; i < b + act_block; ++i) {
-      e.value += double(w[i]) * x[i];
-      e.magnitude += std::fabs(double(w[i]) * x[i]);
-      e.bound += std::fabs(double(w[i])) * amax / 127.0 * step_error;
-    }
-  }
-  e.bound += 1e-5 * e.magnitude + 1e-30;
-  return e;
+// Float64 value and error bound of one output (test_util.h).
+using Expected = test::DotExpectation;
+inline Expected expected(const float* w, const float* x, size_t k, size_t act_block) {
+  return test::expected_dot(w, x, k, act_block);
 }
 
 // A weight matrix as one table's gemm takes it: packed if the table packs the type.

@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "test_util.h"
 
 namespace kiln::kernels {
 namespace {
@@ -69,26 +70,10 @@ struct Case {
   std::vector<size_t> ks;
 };
 
-// Float64 value and error bound of one output. 8-bit activations move each x_i by at
-// most half a step of its block's scale: amax/127 per 32 (plus the fp16 rounding of
-// that scale, 127/2048 of a step) for legacy weights, amax/127 per 256 for K-quants.
-struct Expected {
-  double value = 0, bound = 0, magnitude = 0;
-};
-Expected expected(const float* w, const float* x, size_t k, size_t act_block) {
-  Expected e;
-  const double step_error = act_block == 32 ? 0.5 + 127.0 / 2048.0 : 0.5;
-  for (size_t b = 0; b < k; b += act_block) {
-    double amax = 0;
-    for (size_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(double(x[i])));
-    for (size_t i = b; i < b + act_block; ++i) {
-      e.value += double(w[i]) * x[i];
-      e.magnitude += std::fabs(double(w[i]) * x[i]);
-      e.bound += std::fabs(double(w[i])) * amax / 127.0 * step_error;
-    }
-  }
-  e.bound += 1e-5 * e.magnitude + 1e-30;
-  return e;
+// Float64 value and error bound of one output (test_util.h).
+using Expected = test::DotExpectation;
+inline Expected expected(const float* w, const float* x, size_t k, size_t act_block) {
+  return test::expected_dot(w, x, k, act_block);
 }
 
 TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {

@@ -142,4 +142,20 @@ double chi_square_critical(int df) {
   return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
+DotExpectation expected_dot(const float* w, const float* x, size_t k, size_t act_block) {
+  DotExpectation e;
+  const double step_error = act_block == 32 ? 0.5 + 127.0 / 2048.0 : 0.5;
+  for (size_t b = 0; b < k; b += act_block) {
+    double amax = 0;
+    for (size_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    for (size_t i = b; i < b + act_block; ++i) {
+      e.value += double(w[i]) * x[i];
+      e.magnitude += std::fabs(double(w[i]) * x[i]);
+      e.bound += std::fabs(double(w[i])) * amax / 127.0 * step_error;
+    }
+  }
+  e.bound += 1e-5 * e.magnitude + 1e-30;
+  return e;
+}
+
 }  // namespace kiln::test

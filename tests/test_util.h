@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by tests: where ../shared and the kiln binary are, running a command.
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,5 +54,14 @@ double chi_square_two_samples(const std::vector<std::pair<double, double>>& coun
 // The chi-square quantile at 1 - 1e-4 (Wilson-Hilferty): a correct sampler fails a test
 // against it once in 10,000 seeds, and the seeds of the tests are fixed.
 double chi_square_critical(int df);
+
+// A weight row times an activation row in float64, and the error bound the 8-bit
+// activation kernels keep (kernels/packed.h): each x_i moves by at most half a step of its
+// activation block's scale, amax / 127 per act_block (32: plus the fp16 rounding of that
+// scale, 127/2048 of a step), plus 1e-5 of the sum of |w_i x_i| for float rounding.
+struct DotExpectation {
+  double value = 0, bound = 0, magnitude = 0;
+};
+DotExpectation expected_dot(const float* w, const float* x, size_t k, size_t act_block);
 
 }  // namespace kiln::test

@@ -52,6 +52,9 @@ void reround_affine(int n, int qmax, const float* x, float scale, float neg_offs
 float fit_symmetric(int n, int half, const float* x, const float* w, int8_t* q);
 // Final levels of a symmetric sub-block (stored + half) against its decoded scale.
 void reround_symmetric(int n, int half, const float* x, float scale, int8_t* q);
+// Q3_K's last step once y.d and y.scales are set (plain and weighted alike): every
+// sub-block's levels q re-rounded against its decoded scale, then split into hmask and qs.
+void reround_and_pack_q3_K(const float* x, int8_t* q, block_q3_K& y);
 
 // Q6_K super-blocks of n values (quantize_row_q6_K with importance nullptr); importance:
 // n weights of one row, used as the fit's weights.

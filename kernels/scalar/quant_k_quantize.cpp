@@ -345,6 +345,23 @@ void quantize_row_q2_K(const float* x, block_q2_K* y, size_t n) {
   }
 }
 
+void kfit::reround_and_pack_q3_K(const float* x, int8_t* q, block_q3_K& y) {
+  const float d = fp16_to_f32(y.d);
+  for (int j = 0; j < 16; ++j) {
+    const int low4 = j < 8 ? y.scales[j] & 0x0F : y.scales[j - 8] >> 4;
+    const int high2 = (y.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    const float scale = d * static_cast<int8_t>((low4 | high2 << 4) - 32);
+    if (scale) reround_symmetric(16, 4, x + 16 * j, scale, q + 16 * j);
+  }
+  // q is 0..7 here: bit 2 goes to hmask, the low 2 bits to qs.
+  std::memset(y.hmask, 0, sizeof y.hmask);
+  std::memset(y.qs, 0, sizeof y.qs);
+  for (size_t e = 0; e < QK_K; ++e) {
+    if (q[e] > 3) y.hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+    y.qs[low2_byte(e)] |= static_cast<uint8_t>((q[e] & 3) << low2_shift(e));
+  }
+}
+
 void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n) {
   for (size_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     int8_t q[QK_K];
@@ -365,20 +382,7 @@ void quantize_row_q3_K(const float* x, block_q3_K* y, size_t n) {
     } else {
       y[i].d = f32_to_fp16(0.0f);
     }
-    const float d = fp16_to_f32(y[i].d);
-    for (int j = 0; j < 16; ++j) {
-      const int low4 = j < 8 ? y[i].scales[j] & 0x0F : y[i].scales[j - 8] >> 4;
-      const int high2 = (y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-      const float scale = d * static_cast<int8_t>((low4 | high2 << 4) - 32);
-      if (scale) reround_symmetric(16, 4, x + 16 * j, scale, q + 16 * j);
-    }
-    // q is 0..7 here: bit 2 goes to hmask, the low 2 bits to qs.
-    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
-    std::memset(y[i].qs, 0, sizeof y[i].qs);
-    for (size_t e = 0; e < QK_K; ++e) {
-      if (q[e] > 3) y[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
-      y[i].qs[low2_byte(e)] |= static_cast<uint8_t>((q[e] & 3) << low2_shift(e));
-    }
+    reround_and_pack_q3_K(x, q, y[i]);
   }
 }
 

@@ -205,19 +205,7 @@ void q3_K_row(const float* x, block_q3_K* y, size_t n_per_row, const float* impo
       y[i].scales[8 + j % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
     }
     y[i].d = f32_to_fp16(d_block);
-    const float d = fp16_to_f32(y[i].d);
-    for (int j = 0; j < 16; ++j) {
-      const int low4 = j < 8 ? y[i].scales[j] & 0x0F : y[i].scales[j - 8] >> 4;
-      const int high2 = (y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-      const float scale = d * static_cast<int8_t>((low4 | high2 << 4) - 32);
-      if (scale) reround_symmetric(16, 4, x + 16 * j, scale, q + 16 * j);
-    }
-    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
-    std::memset(y[i].qs, 0, sizeof y[i].qs);
-    for (size_t e = 0; e < QK_K; ++e) {
-      if (q[e] > 3) y[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
-      y[i].qs[low2_byte(e)] |= static_cast<uint8_t>((q[e] & 3) << low2_shift(e));
-    }
+    reround_and_pack_q3_K(x, q, y[i]);
   }
 }
 
