@@ -45,7 +45,15 @@ inline __m512i iq_index8(__m256i v, int n) {
   return _mm512_cvtepu8_epi64(n % 2 ? _mm_srli_si128(half, 8) : half);
 }
 // Words 8n..8n+7 of v (32 words) as eight qword indices.
-inline __m512i iq_word_index8(__m512i v, int n) { return _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(v, n)); }
+template <int N>
+inline __m512i iq_word_index8(__m512i v) { return _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(v, N)); }
+// The 32 codebook rows of 32 word indices, 8 per gather (template: the lane is an immediate).
+inline void iq_gather_words(__m512i idx, const long long* grid, __m512i q[4]) {
+  q[0] = _mm512_i64gather_epi64(iq_word_index8<0>(idx), grid, 8);
+  q[1] = _mm512_i64gather_epi64(iq_word_index8<1>(idx), grid, 8);
+  q[2] = _mm512_i64gather_epi64(iq_word_index8<2>(idx), grid, 8);
+  q[3] = _mm512_i64gather_epi64(iq_word_index8<3>(idx), grid, 8);
+}
 
 // Sign bytes of 7 bits completed by their parity (bit 7: the quantizer keeps the count of
 // negatives even): a nibble-parity lookup of each half.
@@ -118,7 +126,7 @@ inline void iq_decode_iq2_xs(const uint8_t* blk, IqBlock& out) {
   const __m512i qs = _mm512_loadu_si512(blk + 2);
   const __m512i idx = _mm512_and_si512(qs, _mm512_set1_epi16(511));
   const auto* grid = reinterpret_cast<const long long*>(kIq2xsGrid);
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  iq_gather_words(idx, grid, out.q);
   iq_apply_signs(out.q, iq_add_parity(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
   const __m512i ls = iq_nibbles16(blk + 66);
   out.scale =
@@ -142,7 +150,7 @@ inline void iq_decode_iq2_s(const uint8_t* blk, IqBlock& out) {
   const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh4, shift), _mm512_set1_epi16(3)), 8);
   const __m512i idx = _mm512_or_si512(low, hi);
   const auto* grid = reinterpret_cast<const long long*>(kIq2sGrid);
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  iq_gather_words(idx, grid, out.q);
   iq_apply_signs(out.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 34)));
   const __m512i ls = iq_nibbles16(blk + 74);
   out.scale =
@@ -242,7 +250,7 @@ inline void iq_decode_iq1_m(const uint8_t* blk, IqBlock& out) {
                        _mm512_set1_epi16(15));
   const __m512i idx = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
   const auto* grid = reinterpret_cast<const long long*>(kIq1sGrid);
-  for (int n = 0; n < 4; ++n) out.q[n] = _mm512_i64gather_epi64(iq_word_index8(idx, n), grid, 8);
+  iq_gather_words(idx, grid, out.q);
   const __mmask32 neg = _mm512_test_epi16_mask(nib, _mm512_set1_epi16(8));
   __mmask8 negative[4];
   for (int n = 0; n < 4; ++n) negative[n] = __mmask8(neg >> (8 * n));
