@@ -30,9 +30,10 @@ struct ImatrixOptions {
   bool process_output = false, no_ppl = false;
 };
 
-// -log softmax(logits)[target] as llama-imatrix computes it: float differences, their
+// -log softmax(logits)[target] as llama-imatrix computes it (unlike cmd_perplexity.cpp's
+// nll_of, which follows llama-perplexity): float differences, their
 // exponentials summed in double.
-double nll_of(const float* logits, size_t n_vocab, int32_t target) {
+double nll_float_differences(const float* logits, size_t n_vocab, int32_t target) {
   float max_logit = logits[0];
   for (size_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
   double sum_exp = 0;
@@ -114,7 +115,7 @@ int imatrix(ImatrixOptions& o) {
           session.decode({chunk.data() + b0, size_t(n)}, /*all_logits=*/ppl || o.process_output);
       if (!ppl) continue;
       for (int32_t j = std::max(b0, first); j < std::min(b0 + n, n_ctx - 1); ++j) {
-        const double v = nll_of(&logits[size_t(j - b0) * n_vocab], n_vocab, tokens[start + size_t(j) + 1]);
+        const double v = nll_float_differences(&logits[size_t(j - b0) * n_vocab], n_vocab, tokens[start + size_t(j) + 1]);
         nll += v, nll2 += v * v, ++count;
       }
     }
