@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "kernels/quant_iq.h"
 #include "kernels/x86/avx512/packed_tiles.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -46,6 +47,8 @@ void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size
     if constexpr (RB > 1) {  // as the legacy tiles: the record 8 ahead (gemm_packed.cpp)
       for (size_t line = 0; line < R; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(rec + 8 * R + line), _MM_HINT_T0);
+    } else {
+      x86::prefetch_stream<R>(rec);
     }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];
@@ -79,7 +82,8 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int sub = 0; sub < 8; ++sub) {
-      prefetch_ahead<R>(rec, sub);
+      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, sub);
+      else prefetch_ahead<R>(rec, sub);
       __m512i w[8];
       iq4_weights(rec + 160 + 256 * sub, table, w);
       const __m512i scale =

@@ -23,6 +23,7 @@
 #include "kernels/x86/avx512/packed_tiles.h"
 #include "kernels/x86/avx512/vec.h"
 #include "kernels/x86/packed_entry.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -80,6 +81,8 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
       constexpr size_t kAheadRecords = 8;
       for (size_t line = 0; line < R; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(rec + kAheadRecords * R + line), _MM_HINT_T0);
+    } else {
+      x86::prefetch_stream<R>(rec);
     }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];

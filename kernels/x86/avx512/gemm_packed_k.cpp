@@ -7,6 +7,7 @@
 #include "kernels/x86/avx512/packed_tiles.h"
 #include "kernels/x86/avx512/vec.h"
 #include "kernels/x86/packed_unpack.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx512 {
 namespace {
@@ -32,7 +33,8 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
       const uint8_t *pv = qs + kPairBytes * (half / 2), *qh = pv + 512 + 64 * (half % 2);
-      prefetch_ahead<R>(rec, half);
+      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, half);
+      else prefetch_ahead<R>(rec, half);
       __m512i w[8];
       for (int v = 0; v < 8; ++v) {
         w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
@@ -82,6 +84,7 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       const uint8_t *ql = chunks + 384 * P, *qh = ql + 256;
+      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, P);
       __m512i w[8];
       x86::q6_k_weights<Vec>(ql, qh, w);
       const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scpair + 32 * P)));

@@ -42,11 +42,11 @@ inline __m512i load_u8x32_as_i16(const void* p) {
   return _mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
 }
 
-// Records are read in address order, yet the hardware prefetcher loses this stream:
-// Q5_K decode from DRAM measured 7 GB/s without this, 17-20 with it (Q4_K: 12-15); Q3_K
-// and Q2_K gained less. Each of a record's 8 steps fetches an eighth of the record two
-// records further on. Q4_K gains too (28 -> 37 GB/s); the legacy types and Q6_K stream
-// faster without it (Q4_0 28 vs 22 GB/s, Q6_K 31 vs 22), so they do not call it.
+// Prefill tiles of the K-quants (several activation rows; decode uses
+// x86::prefetch_stream): records are read in address order, yet the hardware prefetcher
+// loses this stream. Each of a record's 8 steps fetches an eighth of the record two
+// records further on (Q5_K from DRAM measured 7 GB/s without, 17-20 with it, when decode
+// used it too).
 template <size_t R>
 inline void prefetch_ahead(const uint8_t* rec, int step) {
   constexpr size_t kLines = (R / 64 + 7) / 8;
