@@ -139,13 +139,13 @@ int bench(BenchOptions& o) {
   }
   const std::unique_ptr<Model> draft_model = load_draft_model(o.spec, *model, path, o.repack);
 
-  // --roofline: the read bandwidth is measured right before each tg repetition (the
-  // machine's bandwidth drifts with its neighbours' load, so a figure taken minutes apart
-  // from the run would make the share meaningless), and once per thread count that has
-  // no tg test.
+  // --roofline: the read bandwidth is measured right before each tg repetition and after
+  // the last (the machine's bandwidth drifts with its neighbours' load, so a figure taken
+  // minutes apart from the run would make the share meaningless), and once per thread
+  // count that has no tg test. Each measurement is the best of plain and prefetched passes.
   std::unique_ptr<ReadBandwidthProbe> probe;
   std::map<int32_t, std::vector<double>> roofline;  // every measurement, by thread count
-  constexpr int kPassesPerRep = 3, kPassesAlone = 10;
+  constexpr int kPassesPerRep = 4, kPassesAlone = 10;
   if (o.roofline)
     probe = std::make_unique<ReadBandwidthProbe>(o.roofline_mib > 0 ? size_t(o.roofline_mib) << 20
                                                                      : roofline_buffer_bytes(model_bytes));
@@ -234,6 +234,10 @@ int bench(BenchOptions& o) {
         r.samples_ns.push_back(run_once(session, *model, r.n_prompt, r.n_gen, r.kv_cache, rng, r.depth));
       }
     }
+    if (probe && r.is_tg()) {  // and once after the last: the share is over the mean of both sides
+      r.roofline_gbs.push_back(probe->measure(r.n_threads, kPassesPerRep).gb_per_s);
+      roofline[r.n_threads].push_back(r.roofline_gbs.back());
+    }
     const auto ts = r.samples_ts();
     spdlog::debug("{} t={}: {:.2f} ± {:.2f} t/s", r.name(), r.n_threads, TestResult::mean(ts), TestResult::stddev(ts));
   }
@@ -251,7 +255,7 @@ int bench(BenchOptions& o) {
         bw.size() == 1 ? fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (best of {} passes over {:.2f} GiB)",
                                      bw[0], t, t == 1 ? "" : "s", kPassesAlone, probe->bytes() / 1073741824.0)
                        : fmt::format("memory read bandwidth (roofline): {:.2f} GB/s with {} thread{} (median of {} measurements "
-                                     "{:.2f}-{:.2f}, one before each tg repetition, each the best of {} passes over {:.2f} GiB)",
+                                     "{:.2f}-{:.2f}, one before each tg repetition and one after, each the best of {} passes over {:.2f} GiB)",
                                      median(bw), t, t == 1 ? "" : "s", bw.size(), *lo, *hi, kPassesPerRep,
                                      probe->bytes() / 1073741824.0);
     // Kept off stdout for csv/json so that stays machine-readable (the rows carry it).

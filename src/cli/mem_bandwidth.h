@@ -27,7 +27,8 @@ class ReadBandwidthProbe {
   ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
   ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
 
-  // Reads the buffer `passes` times split over `threads` threads; the fastest pass.
+  // Reads the buffer `passes` (at least 2) times split over `threads` threads, passes
+  // alternating a plain read loop and one with software prefetch; the fastest pass.
   ReadBandwidth measure(int threads, int passes);
   size_t bytes() const { return bytes_; }
 
