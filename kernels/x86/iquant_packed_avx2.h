@@ -62,6 +62,7 @@ void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size
   for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (size_t blk = 0; blk < k / 32; ++blk) {
     const uint8_t* rec = group + blk * R;
+    if constexpr (RB == 1) x86::prefetch_stream<R>(rec);
     for (int h = H0; h < H1; ++h) {
       const __m256 dw = load_fp16x8(rec + 16 * h);
       __m256i w[8], wa[8];
@@ -94,7 +95,7 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sub = 0; sub < 8; ++sub) {
-        if (h == H0) prefetch_ahead<R>(rec, sub);
+        if (h == H0) prefetch_record_step<R, RB>(rec, sub);
         __m256i w[8], wa[8];
         iq4_unpack(rec + 160 + 256 * sub, h, table, w, wa);
         const __m256i sc32 =

@@ -42,6 +42,7 @@
 #include "kernels/x86/avx2/vec.h"
 #include "kernels/x86/packed_entry.h"
 #include "kernels/x86/packed_unpack.h"
+#include "kernels/x86/prefetch.h"
 
 #ifndef KILN_PACKED_VNNI
 #error "define KILN_PACKED_VNNI (0 or 1) before including packed_kernels.h"
@@ -141,6 +142,14 @@ inline void prefetch_ahead(const uint8_t* rec, int step) {
   for (size_t l = 0; l < kLines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
 }
 
+// Step `step` of 8 of a record's prefetch: decode (one activation row) streams with
+// x86::prefetch_stream as the AVX-512 decode tiles do; prefill keeps prefetch_ahead.
+template <size_t R, int RB>
+inline void prefetch_record_step(const uint8_t* rec, int step) {
+  if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, step);
+  else prefetch_ahead<R>(rec, step);
+}
+
 // Rows [lo, hi) of a group are this call's to store (groups overlapping r0 or r1 are
 // computed whole: that is what keeps results independent of the split).
 struct Lanes {
@@ -227,6 +236,7 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
   for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (size_t blk = 0; blk < k / 32; ++blk) {
     const uint8_t* rec = group + blk * R;
+    if constexpr (RB == 1) x86::prefetch_stream<R>(rec);
     for (int h = H0; h < H1; ++h) {
       const __m256 dw = load_fp16x8(rec + 16 * h);
       __m256i w[8], wa[L::signed_q8 ? 8 : 1];
@@ -278,7 +288,7 @@ void k4_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t l
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sub = 0; sub < 8; ++sub) {  // pair sub/2, nibble sub%2
-        if (h == 0) prefetch_ahead<R>(rec, sub);  // first visit of the record
+        if (h == H0) prefetch_record_step<R, RB>(rec, sub);  // first visit of the record
         const uint8_t* pv = qs + kPair * (sub / 2) + 32 * h;
         __m256i w[8];
 #pragma GCC unroll 8
@@ -344,6 +354,8 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int P = 0; P < 8; ++P) {
+        if constexpr (RB == 1)
+          if (h == H0) x86::prefetch_stream<R, 8>(rec, P);  // first visit of the record
         const uint8_t *ql = chunks + 384 * P + 32 * h, *qh = chunks + 384 * P + 256 + 32 * h;
         __m256i w[8];
         x86::q6_k_weights<Vec>(ql, qh, w);
@@ -421,7 +433,7 @@ void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t 
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int P = 0; P < 8; ++P) {
-        if (h == 0) prefetch_ahead<R>(rec, P);  // first visit of the record
+        if (h == H0) prefetch_record_step<R, RB>(rec, P);  // first visit of the record
         const uint8_t* chunk = chunks + kChunk * P;
         // Lane r: the int16 pair (scale of sub-block 2P, scale of 2P+1) of row 8h+r.
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * P + 16 * h));
