@@ -76,6 +76,10 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
       Tile::template fn<kTileRows>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
     for (; b + 4 <= b1; b += 4)
       Tile::template fn<4>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
+    // Two rows: the server's decode of two sequences. Two single-row passes made a step
+    // 1.39x as long as one sequence's (1.1B Q4_0, 2 threads); this tile 1.14x.
+    for (; b + 2 <= b1; b += 2)
+      Tile::template fn<2>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
     for (; b < b1; ++b)
       Tile::template fn<1>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
   }
