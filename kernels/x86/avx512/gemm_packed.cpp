@@ -21,6 +21,9 @@
 
 #include "kernels/packed.h"
 #include "kernels/x86/avx512/packed_tiles.h"
+#ifdef KILN_HAVE_AMX
+#include "kernels/x86/amx/gemm_amx.h"
+#endif
 #include "kernels/x86/avx512/vec.h"
 #include "kernels/x86/packed_entry.h"
 #include "kernels/x86/prefetch.h"
@@ -114,6 +117,17 @@ struct LegacyTile {
 }  // namespace
 
 void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+#ifdef KILN_HAVE_AMX
+  // Whole runs of 16 activation rows go to the AMX tiles where the CPU has them (same
+  // results bit for bit); the rest to the tiles below.
+  if (b1 - b0 >= 16 && amx::supports(a.w_type) && amx::usable()) {
+    const size_t b16 = b0 + (b1 - b0) / 16 * 16;
+    amx::run_packed_legacy(a, act, b0, b16);
+    act = static_cast<const uint8_t*>(act) + (b16 - b0) * act_row_bytes(ActFormat::q8_32, a.k);
+    b0 = b16;
+    if (b0 == b1) return;
+  }
+#endif
   switch (a.w_type) {
     case TensorType::Q8_0: return run_groups<LegacyTile<TensorType::Q8_0>>(a, act, b0, b1);
     case TensorType::Q4_0: return run_groups<LegacyTile<TensorType::Q4_0>>(a, act, b0, b1);
