@@ -5,10 +5,14 @@
 // unit's latency times its ports, so the loop is bound by throughput alone; counters:
 //   flops      f32: 2 (multiply + add) per lane per FMA, per second
 //   int8_ops   2 per multiply-accumulate, 4 of them per 32-bit lane per vpdpbusd, per second
-// A peak this CPU cannot run (no AVX-512, no VNNI) is skipped with a message.
+// and the AMX-INT8 tile product (TDPBSSD). A peak this CPU cannot run (no AVX-512, no VNNI,
+// no AMX) is skipped with a message.
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's own _mm512_reduce_add_ps
 #include <benchmark/benchmark.h>
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <thread>
@@ -71,6 +75,40 @@ __attribute__((target("avx2,avxvnni"))) float dpbusd_ymm(long n) {
   return float(total);
 }
 
+// AMX-INT8: TDPBSSD on full 16 x 64-byte tiles, 16 x 16 x 64 multiply-accumulates each,
+// 4 independent accumulator tiles (kChains instructions per iteration, 3 per tile).
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-int8"))) float tdpbssd_amx(long n) {
+  AmxTileConfig cfg;
+  for (int t = 0; t < 6; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+  alignas(64) int8_t a[16 * 64], b[16 * 64];
+  for (int i = 0; i < 16 * 64; ++i) a[i] = int8_t(i % 7 - 3), b[i] = int8_t(i % 5 - 2);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, b, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  static_assert(kChains == 12, "three instructions per accumulator tile");
+  for (long i = 0; i < n; ++i)
+    for (int round = 0; round < 3; ++round) {
+      _tile_dpbssd(0, 4, 5);
+      _tile_dpbssd(1, 4, 5);
+      _tile_dpbssd(2, 4, 5);
+      _tile_dpbssd(3, 4, 5);
+    }
+  alignas(64) int32_t c[16 * 16];
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return float(c[0]);
+}
+
 struct Peak {
   float (*loop)(long);
   bool (*supported)();
@@ -100,6 +138,14 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 bool has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 bool has_avx512_vnni() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"); }
 bool has_avx_vnni() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni"); }
+// AMX-TILE and AMX-INT8 (CPUID 7.0 EDX bits 24, 25), and the kernel's permission for the
+// tile state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
+bool has_amx_int8() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return granted;
+}
 
 void register_peaks() {
   const int all = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -111,6 +157,7 @@ void register_peaks() {
       {"FmaF32/ymm", {fma_ymm, has_avx2_fma, 2 * 8, "flops"}},
       {"DpbusdInt8/zmm", {dpbusd_zmm, has_avx512_vnni, 2 * 64, "int8_ops"}},
       {"DpbusdInt8/ymm", {dpbusd_ymm, has_avx_vnni, 2 * 32, "int8_ops"}},
+      {"TdpbssdInt8/amx", {tdpbssd_amx, has_amx_int8, 2.0 * 16 * 16 * 64, "int8_ops"}},
   };
   for (const auto& p : peaks) {
     auto* b = benchmark::RegisterBenchmark((std::string("BM_Peak/") + p.name).c_str(), BM_Peak, p.peak);
