@@ -109,9 +109,9 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
           pack_weights(c.type, file.data(), row_bytes, rows, k, 0, half, p);
           pack_weights(c.type, file.data(), row_bytes, rows, k, half, rows, p);
 
-          // 37 rows: two runs of 16 (the AMX tiles where the CPU has them), a 4-row tile,
-          // a single row.
-          const size_t n_batch = 37;
+          // 69 rows: four runs of 16 (the AMX tiles where the CPU has them, from 64 rows),
+          // a 4-row tile, a single row.
+          const size_t n_batch = 69;
           std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
           std::vector<float> x(n_batch * k);
           for (auto& v : x) v = dist(rng);
@@ -242,8 +242,9 @@ TEST(PackedGemm, ExtremeValuesDoNotSaturate) {
       {TensorType::Q5_K, 0xff}, {TensorType::Q3_K, 0xff}, {TensorType::Q2_K, 0xff},
       {TensorType::Q3_K, 0x00}};  // Q3_K's largest magnitude: scale -32 times q - 4 = -4
   std::mt19937 rng(23);
-  // 21 rows: a run of 16 (AMX where the CPU has it), a 4-row tile and a single row.
-  const size_t rows = 16, k = 512, n_batch = 21;
+  // 69 rows: runs of 16 (AMX where the CPU has it, from 64 rows), a 4-row tile and a
+  // single row.
+  const size_t rows = 16, k = 512, n_batch = 69;
   std::vector<float> x(n_batch * k);
   for (size_t b = 0; b < n_batch; ++b)
     for (size_t i = 0; i < k; ++i) x[b * k + i] = b % 2 ? -1.0f : 1.0f;
