@@ -88,26 +88,34 @@ inline void unpack_record(const uint8_t* rec, int8_t* out) {
 // acc[j] += float(C[j]) * (dw * dx[j]) from it: the VNNI tile's float operations, in its
 // order. (GCC's tile intrinsics paste their register numbers into the assembly: literals.)
 template <int S>
-inline void block_product(const uint8_t* act_rows, size_t act_stride, const int8_t* b_operands, size_t blk) {
-  const uint8_t* a = act_rows + 32 * blk;
-  const int8_t* b = b_operands + 512 * blk;
+inline void tile_product(const void* a, size_t a_stride, const int8_t* b) {
   if constexpr (S == 0) {
     _tile_zero(0);
-    _tile_loadd(1, a, act_stride);
+    _tile_loadd(1, a, a_stride);
     _tile_loadd(2, b, 64);
     _tile_dpbssd(0, 1, 2);
   } else {
     _tile_zero(3);
-    _tile_loadd(4, a, act_stride);
+    _tile_loadd(4, a, a_stride);
     _tile_loadd(5, b, 64);
     _tile_dpbssd(3, 4, 5);
   }
 }
 
 template <int S>
-inline void scale_block(int32_t (*c)[16], const uint8_t* rec, const float* dx, __m512 acc[16]) {
+inline void block_product(const uint8_t* act_rows, size_t act_stride, const int8_t* b_operands, size_t blk) {
+  tile_product<S>(act_rows + 32 * blk, act_stride, b_operands + 512 * blk);
+}
+
+template <int S>
+inline void store_c(int32_t (*c)[16]) {
   if constexpr (S == 0) _tile_stored(0, c, 64);
   else _tile_stored(3, c, 64);
+}
+
+template <int S>
+inline void scale_block(int32_t (*c)[16], const uint8_t* rec, const float* dx, __m512 acc[16]) {
+  store_c<S>(c);
   const __m512 dw = load_fp16x16(rec);
   for (int j = 0; j < 16; ++j)
     acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j])), _mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), acc[j]);
@@ -157,6 +165,91 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   }
 }
 
+// ---------------------------------------------------------------- Q4_K
+//
+// Per 32-value sub-block the tile gives sum(x_q * q) for 16 x 16 outputs (q 0..15 fits a
+// signed byte as it is); the VNNI tile's integer steps follow: times the sub-block's
+// 6-bit scale into int32 sums, the mins against the activations' 32-value sums, then its
+// float operations once per 256 values (kernels/x86/avx512/gemm_packed_k.cpp q4_k_tile).
+
+template <int S>
+inline void add_scaled(int32_t (*c)[16], __m512i scale, __m512i sumi[16]) {
+  store_c<S>(c);
+  for (int j = 0; j < 16; ++j) sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(_mm512_load_si512(c[j]), scale));
+}
+
+inline __m512i q4k_scale(const uint8_t* rec, int sub) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 16 * sub)));
+}
+
+void run_groups_q4_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+  constexpr size_t R = record_bytes(TensorType::Q4_K);
+  const size_t supers = a.k / 256, gbytes = group_bytes(TensorType::Q4_K, a.k);
+  const size_t act_stride = act_row_bytes(ActFormat::q8_256, a.k);
+  const auto* act_bytes = static_cast<const uint8_t*>(act);
+  thread_local std::vector<int8_t> b_operands;  // a group's, sub-block by sub-block
+  b_operands.resize(supers * 8 * 512);
+  const size_t runs = (b1 - b0) / 16;
+  alignas(64) int32_t c[2][16][16];
+  alignas(64) float acc[16][16];
+  configure_this_thread();
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (size_t g = a.r0 / kGroupRows; g * kGroupRows < a.r1; ++g) {
+    const size_t row0 = g * kGroupRows;
+    const size_t lo = a.r0 > row0 ? a.r0 - row0 : 0;
+    const size_t hi = a.r1 - row0 < kGroupRows ? a.r1 - row0 : kGroupRows;
+    const __mmask16 lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
+    for (size_t sb = 0; sb < supers; ++sb)
+      for (int sub = 0; sub < 8; ++sub) {  // pair sub / 2, nibble sub % 2
+        const uint8_t* pv = group + sb * R + 320 + 512 * (sub / 2);
+        int8_t* out = b_operands.data() + (sb * 8 + sub) * 512;
+        for (int v = 0; v < 8; ++v) {
+          const __m512i b = _mm512_loadu_si512(pv + 64 * v);
+          _mm512_storeu_si512(out + 64 * v, _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(b, 4) : b, low4));
+        }
+      }
+    for (size_t run = 0; run < runs; ++run) {
+      const uint8_t* act_rows = act_bytes + 16 * run * act_stride;
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(acc[j], _mm512_setzero_ps());
+      for (size_t sb = 0; sb < supers; ++sb) {
+        const uint8_t* rec = group + sb * R;
+        const int8_t* b_sb = b_operands.data() + sb * 8 * 512;
+        const uint8_t* a_sb = act_rows + 256 * sb;
+        __m512i sumi[16];
+        for (int j = 0; j < 16; ++j) sumi[j] = _mm512_setzero_si512();
+        tile_product<0>(a_sb, act_stride, b_sb);
+        for (int sub = 0; sub < 8; sub += 2) {  // software-pipelined as the legacy runs
+          tile_product<1>(a_sb + 32 * (sub + 1), act_stride, b_sb + 512 * (sub + 1));
+          add_scaled<0>(c[0], q4k_scale(rec, sub), sumi);
+          if (sub + 2 < 8) tile_product<0>(a_sb + 32 * (sub + 2), act_stride, b_sb + 512 * (sub + 2));
+          add_scaled<1>(c[1], q4k_scale(rec, sub + 1), sumi);
+        }
+        const __m512 d = load_fp16x16(rec), dmin = load_fp16x16(rec + 32);
+        __m512i mpairs[4];
+        for (int p = 0; p < 4; ++p)
+          mpairs[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 192 + 32 * p)));
+        for (int j = 0; j < 16; ++j) {
+          const ActRow256 xr = act_row256(act_rows, a.k, j);
+          __m512i msum = _mm512_setzero_si512();
+          for (int p = 0; p < 4; ++p) {
+            int32_t pair;
+            std::memcpy(&pair, xr.s32 + 8 * sb + 2 * p, 4);
+            msum = _mm512_dpwssd_epi32(msum, mpairs[p], _mm512_set1_epi32(pair));
+          }
+          const __m512 dx = _mm512_set1_ps(xr.d[sb]);
+          __m512 r = _mm512_load_ps(acc[j]);
+          r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, dx), r);
+          r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), r);
+          _mm512_store_ps(acc[j], r);
+        }
+      }
+      for (int j = 0; j < 16; ++j)
+        _mm512_mask_storeu_ps(a.y + (b0 + 16 * run + j) * a.ldy + row0, lanes, _mm512_load_ps(acc[j]));
+    }
+  }
+}
+
 }  // namespace
 
 bool usable() {
@@ -168,11 +261,17 @@ bool usable() {
   return ok;
 }
 
-bool supports(TensorType w_type) { return w_type == TensorType::Q8_0 || w_type == TensorType::Q4_0; }
+bool supports(TensorType w_type) {
+  return w_type == TensorType::Q8_0 || w_type == TensorType::Q4_0 || w_type == TensorType::Q4_K;
+}
 
-void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
-  if (a.w_type == TensorType::Q8_0) run_groups<TensorType::Q8_0>(a, act, b0, b1);
-  else run_groups<TensorType::Q4_0>(a, act, b0, b1);
+void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+  switch (a.w_type) {
+    case TensorType::Q8_0: return run_groups<TensorType::Q8_0>(a, act, b0, b1);
+    case TensorType::Q4_0: return run_groups<TensorType::Q4_0>(a, act, b0, b1);
+    case TensorType::Q4_K: return run_groups_q4_k(a, act, b0, b1);
+    default: return;
+  }
 }
 
 }  // namespace kiln::kernels::amx

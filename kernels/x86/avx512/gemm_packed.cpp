@@ -117,21 +117,6 @@ struct LegacyTile {
 }  // namespace
 
 void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
-#ifdef KILN_HAVE_AMX
-  // Whole runs of 16 activation rows go to the AMX tiles where the CPU has them (same
-  // results bit for bit); the rest to the tiles below. Only from 64 rows: the AMX path
-  // unpacks each weight group before its runs, which pays when many runs reuse it
-  // (1.1B Q4_0 pp512 258 -> 355 tok/s) and lost where weights stream from DRAM for few
-  // rows (decode of 16 sequences 222 -> 169 tok/s; 32 equal).
-  constexpr size_t kAmxMinRows = 64;
-  if (b1 - b0 >= kAmxMinRows && amx::supports(a.w_type) && amx::usable()) {
-    const size_t b16 = b0 + (b1 - b0) / 16 * 16;
-    amx::run_packed_legacy(a, act, b0, b16);
-    act = static_cast<const uint8_t*>(act) + (b16 - b0) * act_row_bytes(ActFormat::q8_32, a.k);
-    b0 = b16;
-    if (b0 == b1) return;
-  }
-#endif
   switch (a.w_type) {
     case TensorType::Q8_0: return run_groups<LegacyTile<TensorType::Q8_0>>(a, act, b0, b1);
     case TensorType::Q4_0: return run_groups<LegacyTile<TensorType::Q4_0>>(a, act, b0, b1);
@@ -144,6 +129,21 @@ void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1)
 
 namespace {
 void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+#ifdef KILN_HAVE_AMX
+  // Whole runs of 16 activation rows go to the AMX tiles where the CPU has them (same
+  // results bit for bit); the rest to the tiles below. Only from 64 rows: the AMX path
+  // unpacks each weight group before its runs, which pays when many runs reuse it
+  // (1.1B Q4_0 pp512 258 -> 355 tok/s) and lost where weights stream from DRAM for few
+  // rows (decode of 16 sequences 222 -> 169 tok/s; 32 equal).
+  constexpr size_t kAmxMinRows = 64;
+  if (b1 - b0 >= kAmxMinRows && amx::supports(a.w_type) && amx::usable()) {
+    const size_t b16 = b0 + (b1 - b0) / 16 * 16;
+    amx::run_packed(a, act, b0, b16);
+    act = static_cast<const uint8_t*>(act) + (b16 - b0) * act_row_bytes(act_format(a.w_type), a.k);
+    b0 = b16;
+    if (b0 == b1) return;
+  }
+#endif
   if (a.w_type == TensorType::IQ4_NL || a.w_type == TensorType::IQ4_XS) run_packed_iq4(a, act, b0, b1);
   else if (packed::act_format(a.w_type) == packed::ActFormat::q8_256) run_packed_k(a, act, b0, b1);
   else run_packed_legacy(a, act, b0, b1);
