@@ -62,6 +62,14 @@ void configure_this_thread() {
   configured = true;
 }
 
+// The lanes of the group starting at row0 that lie inside [r0, r1): a group overlapping
+// the range runs whole and stores only these.
+inline __mmask16 group_lanes(size_t row0, size_t r0, size_t r1) {
+  const size_t lo = r0 > row0 ? r0 - row0 : 0;
+  const size_t hi = r1 - row0 < kGroupRows ? r1 - row0 : kGroupRows;
+  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
 inline __m512 load_fp16x16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
 
 // The 8 weight vectors of record `rec` as signed values (the file's q, without the
@@ -142,9 +150,7 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   configure_this_thread();
   for (size_t g = a.r0 / kGroupRows; g * kGroupRows < a.r1; ++g) {
     const size_t row0 = g * kGroupRows;
-    const size_t lo = a.r0 > row0 ? a.r0 - row0 : 0;
-    const size_t hi = a.r1 - row0 < kGroupRows ? a.r1 - row0 : kGroupRows;
-    const __mmask16 lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
     const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
     for (size_t blk = 0; blk < blocks; ++blk) unpack_record<T>(group + blk * R, b_operands.data() + blk * 512);
     for (size_t run = 0; run < runs; ++run) {
@@ -196,9 +202,7 @@ void run_groups_q4_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   for (size_t g = a.r0 / kGroupRows; g * kGroupRows < a.r1; ++g) {
     const size_t row0 = g * kGroupRows;
-    const size_t lo = a.r0 > row0 ? a.r0 - row0 : 0;
-    const size_t hi = a.r1 - row0 < kGroupRows ? a.r1 - row0 : kGroupRows;
-    const __mmask16 lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
     const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
     for (size_t sb = 0; sb < supers; ++sb)
       for (int sub = 0; sub < 8; ++sub) {  // pair sub / 2, nibble sub % 2
