@@ -49,17 +49,26 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure_this_thread() {
-  thread_local bool configured = false;
-  if (configured) return;
+enum class Tiles { legacy, k_quant };
+
+// Legacy blocks: two sets of C tmm0 / tmm3 (16 x 16 int32), A tmm1 / tmm4 (16 x 32 int8),
+// B tmm2 / tmm5 (8 x 64 int8). K-quants: every register 16 x 64 bytes (C tmm0, tmm1; A,
+// B operands tmm2..tmm7). A thread reloads the configuration when it switches.
+void configure_this_thread(Tiles tiles) {
+  thread_local int loaded = -1;
+  if (loaded == int(tiles)) return;
   TileConfig cfg;
-  for (int set = 0; set < 2; ++set) {
-    cfg.colsb[3 * set] = 64, cfg.rows[3 * set] = 16;
-    cfg.colsb[3 * set + 1] = 32, cfg.rows[3 * set + 1] = 16;
-    cfg.colsb[3 * set + 2] = 64, cfg.rows[3 * set + 2] = 8;
+  if (tiles == Tiles::legacy) {
+    for (int set = 0; set < 2; ++set) {
+      cfg.colsb[3 * set] = 64, cfg.rows[3 * set] = 16;
+      cfg.colsb[3 * set + 1] = 32, cfg.rows[3 * set + 1] = 16;
+      cfg.colsb[3 * set + 2] = 64, cfg.rows[3 * set + 2] = 8;
+    }
+  } else {
+    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   }
   _tile_loadconfig(&cfg);
-  configured = true;
+  loaded = int(tiles);
 }
 
 // The lanes of the group starting at row0 that lie inside [r0, r1): a group overlapping
@@ -147,7 +156,7 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
       for (size_t blk = 0; blk < blocks; ++blk) dx[(run * blocks + blk) * 16 + j] = xr.d[blk];
     }
   alignas(64) int32_t c[2][16][16];
-  configure_this_thread();
+  configure_this_thread(Tiles::legacy);
   for (size_t g = a.r0 / kGroupRows; g * kGroupRows < a.r1; ++g) {
     const size_t row0 = g * kGroupRows;
     const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
@@ -173,68 +182,95 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
 
 // ---------------------------------------------------------------- Q4_K
 //
-// Per 32-value sub-block the tile gives sum(x_q * q) for 16 x 16 outputs (q 0..15 fits a
-// signed byte as it is); the VNNI tile's integer steps follow: times the sub-block's
-// 6-bit scale into int32 sums, the mins against the activations' 32-value sums, then its
-// float operations once per 256 values (kernels/x86/avx512/gemm_packed_k.cpp q4_k_tile).
+// The VNNI tile sums sum(x_q * q) per 32-value sub-block, multiplies by the sub-block's
+// 6-bit scale into int32, adds the eight, subtracts the mins' part and converts once per
+// 256 values (kernels/x86/avx512/gemm_packed_k.cpp q4_k_tile). Here the scale goes into
+// the B operand instead, in two halves that each fit a signed byte: q * (sc >> 3) and
+// q * (sc & 7) are at most 15 * 7. Two tiles then accumulate a whole super-block, and
+// 8 * C_hi + C_lo is sum over sub-blocks of sc * sum(x_q * q): the VNNI tile's integer.
 
-template <int S>
-inline void add_scaled(int32_t (*c)[16], __m512i scale, __m512i sumi[16]) {
-  store_c<S>(c);
-  for (int j = 0; j < 16; ++j) sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(_mm512_load_si512(c[j]), scale));
+// Bytes of v (0..15) times the byte of their 32-bit lane in s (0..7): at most 105.
+inline __m512i mul_lane_bytes(__m512i v, __m512i s) {
+  const __m512i s16 = _mm512_or_si512(s, _mm512_slli_epi32(s, 16)), even = _mm512_set1_epi16(0x00ff);
+  const __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(v, even), s16);
+  const __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(v, 8), s16);
+  return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 8));
 }
 
-inline __m512i q4k_scale(const uint8_t* rec, int sub) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 16 * sub)));
+// Sub-block pair p of the super-block: tiles 0 += A . B_hi and 1 += A . B_lo, register set S.
+template <int S>
+inline void pair_products(const uint8_t* a, size_t a_stride, const int8_t* b_hi, const int8_t* b_lo) {
+  if constexpr (S == 0) {
+    _tile_loadd(2, a, a_stride);
+    _tile_loadd(3, b_hi, 64);
+    _tile_loadd(4, b_lo, 64);
+    _tile_dpbssd(0, 2, 3);
+    _tile_dpbssd(1, 2, 4);
+  } else {
+    _tile_loadd(5, a, a_stride);
+    _tile_loadd(6, b_hi, 64);
+    _tile_loadd(7, b_lo, 64);
+    _tile_dpbssd(0, 5, 6);
+    _tile_dpbssd(1, 5, 7);
+  }
 }
 
 void run_groups_q4_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   constexpr size_t R = record_bytes(TensorType::Q4_K);
+  constexpr size_t kSuperBytes = 8 * 512;  // one half's B operands for a super-block
   const size_t supers = a.k / 256, gbytes = group_bytes(TensorType::Q4_K, a.k);
   const size_t act_stride = act_row_bytes(ActFormat::q8_256, a.k);
   const auto* act_bytes = static_cast<const uint8_t*>(act);
-  thread_local std::vector<int8_t> b_operands;  // a group's, sub-block by sub-block
-  b_operands.resize(supers * 8 * 512);
+  thread_local std::vector<int8_t> b_operands;  // a group's: per super-block, hi then lo
+  b_operands.resize(supers * 2 * kSuperBytes);
   const size_t runs = (b1 - b0) / 16;
-  alignas(64) int32_t c[2][16][16];
+  alignas(64) int32_t c_hi[16][16], c_lo[16][16];
   alignas(64) float acc[16][16];
-  configure_this_thread();
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  configure_this_thread(Tiles::k_quant);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), seven = _mm512_set1_epi32(7);
   for (size_t g = a.r0 / kGroupRows; g * kGroupRows < a.r1; ++g) {
     const size_t row0 = g * kGroupRows;
     const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
     const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
-    for (size_t sb = 0; sb < supers; ++sb)
+    for (size_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* rec = group + sb * R;
+      int8_t* hi_out = b_operands.data() + sb * 2 * kSuperBytes;
+      int8_t* lo_out = hi_out + kSuperBytes;
       for (int sub = 0; sub < 8; ++sub) {  // pair sub / 2, nibble sub % 2
-        const uint8_t* pv = group + sb * R + 320 + 512 * (sub / 2);
-        int8_t* out = b_operands.data() + (sb * 8 + sub) * 512;
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 16 * sub)));
+        const __m512i sc_hi = _mm512_srli_epi32(sc, 3), sc_lo = _mm512_and_si512(sc, seven);
+        const uint8_t* pv = rec + 320 + 512 * (sub / 2);
         for (int v = 0; v < 8; ++v) {
           const __m512i b = _mm512_loadu_si512(pv + 64 * v);
-          _mm512_storeu_si512(out + 64 * v, _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(b, 4) : b, low4));
+          const __m512i q = _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(b, 4) : b, low4);
+          _mm512_storeu_si512(hi_out + 512 * sub + 64 * v, mul_lane_bytes(q, sc_hi));
+          _mm512_storeu_si512(lo_out + 512 * sub + 64 * v, mul_lane_bytes(q, sc_lo));
         }
       }
+    }
     for (size_t run = 0; run < runs; ++run) {
       const uint8_t* act_rows = act_bytes + 16 * run * act_stride;
       for (int j = 0; j < 16; ++j) _mm512_store_ps(acc[j], _mm512_setzero_ps());
       for (size_t sb = 0; sb < supers; ++sb) {
         const uint8_t* rec = group + sb * R;
-        const int8_t* b_sb = b_operands.data() + sb * 8 * 512;
+        const int8_t* b_hi = b_operands.data() + sb * 2 * kSuperBytes;
+        const int8_t* b_lo = b_hi + kSuperBytes;
         const uint8_t* a_sb = act_rows + 256 * sb;
-        __m512i sumi[16];
-        for (int j = 0; j < 16; ++j) sumi[j] = _mm512_setzero_si512();
-        tile_product<0>(a_sb, act_stride, b_sb);
-        for (int sub = 0; sub < 8; sub += 2) {  // software-pipelined as the legacy runs
-          tile_product<1>(a_sb + 32 * (sub + 1), act_stride, b_sb + 512 * (sub + 1));
-          add_scaled<0>(c[0], q4k_scale(rec, sub), sumi);
-          if (sub + 2 < 8) tile_product<0>(a_sb + 32 * (sub + 2), act_stride, b_sb + 512 * (sub + 2));
-          add_scaled<1>(c[1], q4k_scale(rec, sub + 1), sumi);
-        }
+        _tile_zero(0);
+        _tile_zero(1);
+        pair_products<0>(a_sb, act_stride, b_hi, b_lo);
+        pair_products<1>(a_sb + 64, act_stride, b_hi + 1024, b_lo + 1024);
+        pair_products<0>(a_sb + 128, act_stride, b_hi + 2048, b_lo + 2048);
+        pair_products<1>(a_sb + 192, act_stride, b_hi + 3072, b_lo + 3072);
+        _tile_stored(0, c_hi, 64);
+        _tile_stored(1, c_lo, 64);
         const __m512 d = load_fp16x16(rec), dmin = load_fp16x16(rec + 32);
         __m512i mpairs[4];
         for (int p = 0; p < 4; ++p)
           mpairs[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 192 + 32 * p)));
         for (int j = 0; j < 16; ++j) {
           const ActRow256 xr = act_row256(act_rows, a.k, j);
+          const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi[j]), 3), _mm512_load_si512(c_lo[j]));
           __m512i msum = _mm512_setzero_si512();
           for (int p = 0; p < 4; ++p) {
             int32_t pair;
@@ -243,7 +279,7 @@ void run_groups_q4_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
           }
           const __m512 dx = _mm512_set1_ps(xr.d[sb]);
           __m512 r = _mm512_load_ps(acc[j]);
-          r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, dx), r);
+          r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, dx), r);
           r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), r);
           _mm512_store_ps(acc[j], r);
         }
