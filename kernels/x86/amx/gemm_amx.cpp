@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/packed.h"
+#include "kernels/quant_iq.h"
 
 namespace kiln::kernels::amx {
 namespace {
@@ -82,13 +83,23 @@ inline __mmask16 group_lanes(size_t row0, size_t r0, size_t r1) {
 inline __m512 load_fp16x16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
 
 // The 8 weight vectors of record `rec` as signed values (the file's q, without the
-// packed layout's offset), in B-operand order: vector u, lane r = row r's weights
+// packed layout's offset; IQ4_NL's looked-up values), in B-operand order: vector u, lane r = row r's weights
 // 4u..4u+3. The products then need no offset correction: sum(x_q * q) is the integer the
 // VNNI tile reaches as sum(x_q * (q + offset)) - offset * sum(x_q).
 template <TensorType T>
 inline void unpack_record(const uint8_t* rec, int8_t* out) {
   const uint8_t* qs = rec + 32;
-  if constexpr (T == TensorType::Q8_0) {
+  if constexpr (T == TensorType::IQ4_NL) {  // the nibble's value, already a signed byte
+    alignas(16) int8_t values[16];
+    for (int i = 0; i < 16; ++i) values[i] = kIq4nlValues[i];
+    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(values)));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int v = 0; v < 4; ++v) {
+      const __m512i b = _mm512_loadu_si512(qs + 64 * v);
+      _mm512_storeu_si512(out + 64 * v, _mm512_shuffle_epi8(table, _mm512_and_si512(b, low4)));
+      _mm512_storeu_si512(out + 64 * (v + 4), _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(b, 4), low4)));
+    }
+  } else if constexpr (T == TensorType::Q8_0) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));
     for (int v = 0; v < 8; ++v) _mm512_storeu_si512(out + 64 * v, _mm512_xor_si512(_mm512_loadu_si512(qs + 64 * v), flip));
   } else {
@@ -302,13 +313,15 @@ bool usable() {
 }
 
 bool supports(TensorType w_type) {
-  return w_type == TensorType::Q8_0 || w_type == TensorType::Q4_0 || w_type == TensorType::Q4_K;
+  return w_type == TensorType::Q8_0 || w_type == TensorType::Q4_0 || w_type == TensorType::IQ4_NL ||
+         w_type == TensorType::Q4_K;
 }
 
 void run_packed(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
     case TensorType::Q8_0: return run_groups<TensorType::Q8_0>(a, act, b0, b1);
     case TensorType::Q4_0: return run_groups<TensorType::Q4_0>(a, act, b0, b1);
+    case TensorType::IQ4_NL: return run_groups<TensorType::IQ4_NL>(a, act, b0, b1);
     case TensorType::Q4_K: return run_groups_q4_k(a, act, b0, b1);
     default: return;
   }

@@ -1,5 +1,5 @@
 #pragma once
-// AMX-INT8 prefill for packed Q8_0, Q4_0 and Q4_K weights: 16 activation rows x 16
+// AMX-INT8 prefill for packed Q8_0, Q4_0, IQ4_NL and Q4_K weights: 16 activation rows x 16
 // weight rows per tile instruction instead of one vpdpbusd's 16 lanes. Internal to
 // kernels/; the AVX-512 packed gemm hands it whole 16-row runs of activations.
 #include <cstddef>
