@@ -52,33 +52,23 @@ inline __m256i iq4_dot(const __m256i* w, const __m256i* wa, const int8_t* xq, __
   }
 }
 
-template <int RB, int H0, int H1>
-void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
-  constexpr size_t R = record_bytes(TensorType::IQ4_NL);
-  const __m256i table = iq4_table<kVnni>(), ones = _mm256_set1_epi16(1);
-  ActRow32 xr[RB];
-  __m256 acc[RB][2];
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  for (size_t blk = 0; blk < k / 32; ++blk) {
-    const uint8_t* rec = group + blk * R;
-    if constexpr (RB == 1) x86::prefetch_stream<R>(rec);
-    for (int h = H0; h < H1; ++h) {
-      const __m256 dw = load_fp16x8(rec + 16 * h);
-      __m256i w[8], wa[8];
-      iq4_unpack(rec + 32, h, table, w, wa);
-#pragma GCC unroll 8
-      for (int j = 0; j < RB; ++j) {
-        const __m256i isum = iq4_dot(w, wa, xr[j].q + 32 * blk, _mm256_set1_epi32(-128 * xr[j].s[blk]), ones);
-        acc[j][h] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xr[j].d[blk])), acc[j][h]);
-      }
-    }
+// IQ4_NL's records for block32_tile (kernels/x86/avx2/packed_kernels.h): Q4_0's layout,
+// each nibble looked up.
+struct Iq4NlBlocks {
+  static constexpr size_t kRecordBytes = record_bytes(TensorType::IQ4_NL);
+  static constexpr bool has_m = false;
+  static constexpr int kMagnitudes = kVnni ? 1 : 8;
+  struct Context {
+    __m256i table;
+  };
+  static Context context() { return {iq4_table<kVnni>()}; }
+  static inline void unpack(Context c, const uint8_t* rec, int h, __m256i w[8], __m256i wa[kMagnitudes]) {
+    iq4_unpack(rec + 32, h, c.table, w, wa);
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
-}
+  static inline __m256i dot(const __m256i* w, const __m256i* wa, const int8_t* xq, int32_t s) {
+    return iq4_dot(w, wa, xq, _mm256_set1_epi32(-128 * s), _mm256_set1_epi16(1));
+  }
+};
 
 template <int RB, int H0, int H1>
 void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {

@@ -182,9 +182,20 @@ struct Legacy {
                                     : T == TensorType::Q5_0 ? 16 : 0;
   static constexpr int kBits = T == TensorType::Q8_0 ? 8 : has_qh ? 5 : 4;
   static constexpr size_t qs_at = 32 + (has_m ? 32 : 0) + (has_qh ? 64 : 0);
+  static constexpr size_t kRecordBytes = record_bytes(T);
+  static constexpr int kMagnitudes = signed_q8 ? 8 : 1;  // vectors of |w| dot() reads
+  struct Context {};
+  static Context context() { return {}; }
 
-  // The block's eight weight vectors for rows 8h..8h+7.
-  static inline void unpack(const uint8_t* rec, int h, __m256i w[8]) {
+  // The block's eight weight vectors for rows 8h..8h+7 (and their magnitudes, signed_q8).
+  static inline void unpack(Context, const uint8_t* rec, int h, __m256i w[8], __m256i wa[kMagnitudes]) {
+    unpack_values(rec, h, w);
+    if constexpr (signed_q8) {
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) wa[v] = _mm256_abs_epi8(w[v]);
+    }
+  }
+  static inline void unpack_values(const uint8_t* rec, int h, __m256i w[8]) {
     const uint8_t* qs = rec + qs_at + 32 * h;
     if constexpr (T == TensorType::Q8_0) {
       const __m256i flip = _mm256_set1_epi8((char)0x80);
@@ -226,10 +237,14 @@ struct Legacy {
   }
 };
 
-template <TensorType T, int RB, int H0, int H1>
-void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
-  using L = Legacy<T>;
-  constexpr size_t R = record_bytes(T);
+// One 32-element block per record, the record's first 16 halves its rows' fp16 scales:
+// the legacy types (Legacy<T>) and IQ4_NL (Iq4NlBlocks, kernels/x86/iquant_packed_avx2.h).
+// L: kRecordBytes, has_m, kMagnitudes, context(), unpack(context, rec, h, w, wa),
+// dot(w, wa, xq, sum of xq).
+template <class L, int RB, int H0, int H1>
+void block32_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, Lanes lanes) {
+  constexpr size_t R = L::kRecordBytes;
+  const auto context = L::context();
   ActRow32 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
@@ -239,12 +254,8 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
     if constexpr (RB == 1) x86::prefetch_stream<R>(rec);
     for (int h = H0; h < H1; ++h) {
       const __m256 dw = load_fp16x8(rec + 16 * h);
-      __m256i w[8], wa[L::signed_q8 ? 8 : 1];
-      L::unpack(rec, h, w);
-      if constexpr (L::signed_q8) {
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) wa[v] = _mm256_abs_epi8(w[v]);
-      }
+      __m256i w[8], wa[L::kMagnitudes];
+      L::unpack(context, rec, h, w, wa);
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) {
         const int32_t s = xr[j].s[blk];
@@ -518,9 +529,9 @@ struct Tile {
     else if constexpr (T == TensorType::Q5_K) k4_tile<true, RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::Q6_K) q6_k_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::Q3_K || T == TensorType::Q2_K) k16_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
-    else if constexpr (T == TensorType::IQ4_NL) iq4_nl_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else if constexpr (T == TensorType::IQ4_NL) block32_tile<Iq4NlBlocks, RB, H0, H1>(group, k, act, y, ldy, lanes);
     else if constexpr (T == TensorType::IQ4_XS) iq4_xs_tile<RB, H0, H1>(group, k, act, y, ldy, lanes);
-    else legacy_tile<T, RB, H0, H1>(group, k, act, y, ldy, lanes);
+    else block32_tile<Legacy<T>, RB, H0, H1>(group, k, act, y, ldy, lanes);
   }
 };
 
