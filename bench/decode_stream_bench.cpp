@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/mem_bandwidth.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quant.h"
@@ -102,25 +103,17 @@ void tile_pass(TensorType type, const Model& model, int t, const float* x, float
   }
 }
 
-// The same bytes, read with the decode tiles' prefetch distances (kernels/x86/prefetch.h).
+// The same bytes, read as the roofline probe's prefetched pass reads (src/cli/mem_bandwidth.h).
 uint64_t read_pass(TensorType type, const Model& model, int t) {
   const auto& ops = kernels::ops();
-  uint64_t acc[8] = {};
+  uint64_t sum = 0;
   for (const Matrix& m : model.matrices) {
     const auto [r0, r1] = half_rows(m, t);
     const size_t group = ops.packed_bytes(type, 16, m.k);
     const auto* p = reinterpret_cast<const uint64_t*>(m.packed + r0 / 16 * group);
-    const size_t words = (r1 - r0 + 15) / 16 * group / 8;
-    for (size_t i = 0; i + 8 <= words; i += 8) {
-      const uintptr_t line = reinterpret_cast<uintptr_t>(p + i);
-      __builtin_prefetch(reinterpret_cast<const void*>(line + 1024), 0, 3);
-      __builtin_prefetch(reinterpret_cast<const void*>(line + 4096), 0, 1);
-      for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
-    }
+    sum += kiln::cli::sum_words_prefetched(p, (r1 - r0 + 15) / 16 * group / 8);
   }
-  uint64_t s = 0;
-  for (uint64_t a : acc) s += a;
-  return s;
+  return sum;
 }
 
 void BM_DecodeStream(benchmark::State& state, TensorType type, bool read_only) {

@@ -41,10 +41,20 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
   return s;
 }
 
-// The same sums with each line asked for 1 KiB ahead into L1 and 4 KiB ahead into L2, as
-// the decode kernels do (kernels/x86/prefetch.h): on this project's VM a core streams
-// ~15% more that way than the plain loop gets, so a probe without it would understate
-// the roofline the kernels are held to.
+uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+}  // namespace
+
+// On this project's VM a core streams ~15% more with the prefetches than the plain loop
+// gets, so a probe without them would understate the roofline the kernels are held to.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_UNDER_TSAN)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
@@ -60,18 +70,6 @@ uint64_t sum_words_prefetched(const uint64_t* p, size_t n) {
   for (uint64_t a : acc) s += a;
   return s;
 }
-
-uint64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
-}  // namespace
 
 size_t roofline_buffer_bytes(uint64_t model_bytes) {
   uint64_t bytes = std::max<uint64_t>(uint64_t(1) << 30, 2 * model_bytes);
