@@ -77,7 +77,8 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
   ActRow256 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j);
+  zero_tile(acc);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     for (int h = H0; h < H1; ++h) {
@@ -111,7 +112,5 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_set1_ps(xr[j].d[sb])), acc[j][h]);
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+  store_tile<RB, H0, H1>(y, ldy, acc, lanes);
 }

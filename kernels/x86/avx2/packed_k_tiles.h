@@ -20,7 +20,8 @@ void k4_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t l
   ActRow256 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j);
+  zero_tile(acc);
   const __m256i low4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
@@ -68,15 +69,11 @@ void k4_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t l
         __m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mpairs[p], bcast4(xr[j].s32 + 8 * sb + 2 * p)));
-        const __m256 dx = _mm256_set1_ps(xr[j].d[sb]);
-        acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, dx), acc[j][h]);
-        acc[j][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j][h]);
+        acc[j][h] = k_record_step(acc[j][h], sumi[j], msum, d, dmin, xr[j].d[sb]);
       }
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+  store_tile<RB, H0, H1>(y, ldy, acc, lanes);
 }
 
 // ---------------------------------------------------------------- Q6_K
@@ -87,7 +84,8 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
   ActRow256 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j);
+  zero_tile(acc);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
     const uint8_t *scpair = rec + 32, *chunks = rec + 288;
@@ -134,9 +132,7 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
         acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_set1_ps(xr[j].d[sb])), acc[j][h]);
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+  store_tile<RB, H0, H1>(y, ldy, acc, lanes);
 }
 
 // ---------------------------------------------------------------- Q3_K and Q2_K
@@ -165,7 +161,8 @@ void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t 
   ActRow256 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j);
+  zero_tile(acc);
   const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
   for (size_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* rec = group + sb * R;
@@ -233,14 +230,10 @@ void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t 
           __m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 8
           for (int P = 0; P < 8; ++P) msum = madd_acc(msum, mpairs[P], bcast4(xr[j].s16 + 16 * sb + 2 * P));
-          const __m256 dx = _mm256_set1_ps(xr[j].d[sb]);
-          acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, dx), acc[j][h]);
-          acc[j][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j][h]);
+          acc[j][h] = k_record_step(acc[j][h], sumi[j], msum, d, dmin, xr[j].d[sb]);
         }
       }
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+  store_tile<RB, H0, H1>(y, ldy, acc, lanes);
 }

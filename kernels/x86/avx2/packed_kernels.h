@@ -168,6 +168,28 @@ inline void store_half(float* y, __m256 v, int h, Lanes l) {
   }
 }
 
+// A tile's accumulators: RB activation rows x the group's two halves, zeroed; and the
+// store of halves [H0, H1) of them.
+template <int RB>
+inline void zero_tile(__m256 (&acc)[RB][2]) {
+#pragma GCC unroll 8
+  for (int j = 0; j < RB; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+}
+template <int RB, int H0, int H1>
+inline void store_tile(float* y, size_t ldy, const __m256 (&acc)[RB][2], Lanes lanes) {
+#pragma GCC unroll 8
+  for (int j = 0; j < RB; ++j)
+    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+}
+
+// A K-quant record's float step for one activation row of scale dx: acc + sumi x (d dx)
+// - msum x (dmin dx), the integer sums converted once per 256 values.
+inline __m256 k_record_step(__m256 acc, __m256i sumi, __m256i msum, __m256 d, __m256 dmin, float dx) {
+  const __m256 x = _mm256_set1_ps(dx);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(d, x), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, x), acc);
+}
+
 // ---------------------------------------------------------------- legacy types
 
 template <TensorType T>
@@ -248,7 +270,8 @@ void block32_tile(const uint8_t* group, size_t k, const void* act, float* y, siz
   ActRow32 xr[RB];
   __m256 acc[RB][2];
 #pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j);
+  zero_tile(acc);
   for (size_t blk = 0; blk < k / 32; ++blk) {
     const uint8_t* rec = group + blk * R;
     if constexpr (RB == 1) x86::prefetch_stream<R>(rec);
@@ -268,9 +291,7 @@ void block32_tile(const uint8_t* group, size_t k, const void* act, float* y, siz
       }
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < RB; ++j)
-    for (int h = H0; h < H1; ++h) store_half(y + j * ldy, acc[j][h], h, lanes);
+  store_tile<RB, H0, H1>(y, ldy, acc, lanes);
 }
 
 // ---------------------------------------------------------------- K-quants
