@@ -86,7 +86,7 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sub = 0; sub < 8; ++sub) {
-        if (h == H0) prefetch_record_step<R, RB>(rec, sub);
+        if (h == H0) x86::prefetch_record_step<R, RB>(rec, sub);
         __m256i w[8], wa[8];
         iq4_unpack(rec + 160 + 256 * sub, h, table, w, wa);
         const __m256i sc32 =

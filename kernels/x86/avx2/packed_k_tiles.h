@@ -1,8 +1,8 @@
 #pragma once
 // Internal to kernels/x86/avx2/packed_kernels.h, which includes it inside its anonymous
 // namespace after its helpers (kVnni, dpbusd_sum, maddubs_sum, bcast4, load, store_half,
-// prefetch_record_step, ...): the AVX2 tiles of the packed K-quants (layouts:
-// kernels/packed.h), one half of a group (8 rows) at a time as the other AVX2 tiles.
+// ...): the AVX2 tiles of the packed K-quants (layouts: kernels/packed.h), one half of a
+// group (8 rows) at a time as the other AVX2 tiles.
 
 // ---------------------------------------------------------------- Q4_K and Q5_K
 
@@ -31,7 +31,7 @@ void k4_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t l
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int sub = 0; sub < 8; ++sub) {  // pair sub/2, nibble sub%2
-        if (h == H0) prefetch_record_step<R, RB>(rec, sub);  // first visit of the record
+        if (h == H0) x86::prefetch_record_step<R, RB>(rec, sub);  // first visit of the record
         const uint8_t* pv = qs + kPair * (sub / 2) + 32 * h;
         __m256i w[8];
 #pragma GCC unroll 8
@@ -172,7 +172,7 @@ void k16_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t 
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) sumi[j] = _mm256_setzero_si256();
       for (int P = 0; P < 8; ++P) {
-        if (h == H0) prefetch_record_step<R, RB>(rec, P);  // first visit of the record
+        if (h == H0) x86::prefetch_record_step<R, RB>(rec, P);  // first visit of the record
         const uint8_t* chunk = chunks + kChunk * P;
         // Lane r: the int16 pair (scale of sub-block 2P, scale of 2P+1) of row 8h+r.
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * P + 16 * h));

@@ -128,28 +128,6 @@ inline __m256i bytes_from_bits(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), which), bit), bit);
 }
 
-// Software prefetch of the record two records ahead, an eighth of it per call (step
-// 0..7), as the AVX-512 K tiles do (kernels/x86/avx512/packed_tiles.h): a decode tile
-// reads each record as two interleaved halves and the hardware prefetcher loses the
-// stream. Measured on one core, 16384 x 4096 weights (beyond L3), GMAC/s without -> with:
-// decode Q4_K 40 -> 60-68, Q5_K 24 -> 31; batch of 32 (4096 x 4096) Q4_K 84 -> 96, Q5_K
-// 66 -> 72; Q3_K and Q2_K unchanged within noise (their unpacking, not memory, limits).
-template <size_t R>
-inline void prefetch_ahead(const uint8_t* rec, int step) {
-  constexpr size_t kLines = (R / 64 + 7) / 8;
-  const char* p = reinterpret_cast<const char*>(rec) + 2 * R + 64 * kLines * step;
-#pragma GCC unroll 8
-  for (size_t l = 0; l < kLines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
-}
-
-// Step `step` of 8 of a record's prefetch: decode (one activation row) streams with
-// x86::prefetch_stream as the AVX-512 decode tiles do; prefill keeps prefetch_ahead.
-template <size_t R, int RB>
-inline void prefetch_record_step(const uint8_t* rec, int step) {
-  if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, step);
-  else prefetch_ahead<R>(rec, step);
-}
-
 // Rows [lo, hi) of a group are this call's to store (groups overlapping r0 or r1 are
 // computed whole: that is what keeps results independent of the split).
 struct Lanes {

@@ -82,8 +82,7 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int sub = 0; sub < 8; ++sub) {
-      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, sub);
-      else prefetch_ahead<R>(rec, sub);
+      x86::prefetch_record_step<R, RB>(rec, sub);
       __m512i w[8];
       iq4_weights(rec + 160 + 256 * sub, table, w);
       const __m512i scale =

@@ -33,8 +33,7 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
       const uint8_t *pv = qs + kPairBytes * (half / 2), *qh = pv + 512 + 64 * (half % 2);
-      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, half);
-      else prefetch_ahead<R>(rec, half);
+      x86::prefetch_record_step<R, RB>(rec, half);
       __m512i w[8];
       for (int v = 0; v < 8; ++v) {
         w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);

@@ -70,8 +70,7 @@ void q3_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       __m512i w[8];
-      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, P);
-      else prefetch_ahead<R>(rec, P);
+      x86::prefetch_record_step<R, RB>(rec, P);
       unpack_crumbs<true>(chunks + 192 * P, w);
       const __m512i sc16 = load_i8x32_as_i16(scpair + 32 * P);
       const __m512i sc_a = _mm512_and_si512(sc16, low16), sc_b = _mm512_srli_epi32(sc16, 16);
@@ -109,8 +108,7 @@ void q2_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       __m512i w[8];
-      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, P);
-      else prefetch_ahead<R>(rec, P);
+      x86::prefetch_record_step<R, RB>(rec, P);
       unpack_crumbs<false>(crumbs + 128 * P, w);
       const __m512i scm16 = load_u8x32_as_i16(scm + 32 * P);
       const __m512i sc_a = _mm512_and_si512(scm16, low4_of_low16);
