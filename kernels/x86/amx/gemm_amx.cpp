@@ -25,6 +25,7 @@
 
 #include "kernels/packed.h"
 #include "kernels/quant_iq.h"
+#include "kernels/x86/avx512/packed_tiles.h"
 
 namespace kiln::kernels::amx {
 namespace {
@@ -72,15 +73,8 @@ void configure_this_thread(Tiles tiles) {
   loaded = int(tiles);
 }
 
-// The lanes of the group starting at row0 that lie inside [r0, r1): a group overlapping
-// the range runs whole and stores only these.
-inline __mmask16 group_lanes(size_t row0, size_t r0, size_t r1) {
-  const size_t lo = r0 > row0 ? r0 - row0 : 0;
-  const size_t hi = r1 - row0 < kGroupRows ? r1 - row0 : kGroupRows;
-  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
-
-inline __m512 load_fp16x16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
+using avx512::group_lanes;
+using avx512::load_fp16x16;
 
 // The 8 weight vectors of record `rec` as signed values (the file's q, without the
 // packed layout's offset; IQ4_NL's looked-up values), in B-operand order: vector u, lane r = row r's weights

@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the AVX-512 packed kernels (gemm_packed*.cpp, compiled with AVX-512 flags
-// only): small helpers and the loop over 16-row groups and activation-row tiles.
+// Internal to the AVX-512 packed kernels (gemm_packed*.cpp and the AMX tiles,
+// kernels/x86/amx/, compiled with AVX-512 flags): small helpers and the loop over 16-row
+// groups and activation-row tiles.
 #include <immintrin.h>
 
 #include <cstring>
@@ -42,16 +43,12 @@ inline __m512i load_u8x32_as_i16(const void* p) {
   return _mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
 }
 
-// Prefill tiles of the K-quants (several activation rows; decode uses
-// x86::prefetch_stream): records are read in address order, yet the hardware prefetcher
-// loses this stream. Each of a record's 8 steps fetches an eighth of the record two
-// records further on (Q5_K from DRAM measured 7 GB/s without, 17-20 with it, when decode
-// used it too).
-template <size_t R>
-inline void prefetch_ahead(const uint8_t* rec, int step) {
-  constexpr size_t kLines = (R / 64 + 7) / 8;
-  const char* p = reinterpret_cast<const char*>(rec) + 2 * R + 64 * kLines * step;
-  for (size_t l = 0; l < kLines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+// The lanes of the group starting at row0 that lie inside [r0, r1): a group overlapping
+// the range runs whole and stores only these.
+inline __mmask16 group_lanes(size_t row0, size_t r0, size_t r1) {
+  const size_t lo = r0 > row0 ? r0 - row0 : 0;
+  const size_t hi = r1 - row0 < kGroupRows ? r1 - row0 : kGroupRows;
+  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
 // Activation rows per tile: RB accumulators and sums plus eight weight vectors fit the
@@ -67,9 +64,7 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   const auto* act_bytes = static_cast<const uint8_t*>(act);
   for (size_t g = a.r0 / packed::kGroupRows; g * packed::kGroupRows < a.r1; ++g) {
     const size_t row0 = g * packed::kGroupRows;
-    const size_t lo = a.r0 > row0 ? a.r0 - row0 : 0;
-    const size_t hi = a.r1 - row0 < packed::kGroupRows ? a.r1 - row0 : packed::kGroupRows;
-    const __mmask16 lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
     const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
     size_t b = b0;
     for (; b + kTileRows <= b1; b += kTileRows)
