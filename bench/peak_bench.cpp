@@ -9,14 +9,15 @@
 // no AMX) is skipped with a message.
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's own _mm512_reduce_add_ps
 #include <benchmark/benchmark.h>
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <thread>
 #include <vector>
+
+#ifdef KILN_HAVE_AMX
+#include "kernels/x86/amx/gemm_amx.h"
+#endif
 
 namespace {
 
@@ -138,13 +139,14 @@ bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 bool has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 bool has_avx512_vnni() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"); }
 bool has_avx_vnni() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni"); }
-// AMX-TILE and AMX-INT8 (CPUID 7.0 EDX bits 24, 25), and the kernel's permission for the
-// tile state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
+// The kernels' own check: AMX-TILE and AMX-INT8, and the kernel's permission for the tile
+// state (KILN_AMX=0 skips this peak too).
 bool has_amx_int8() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
-  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return granted;
+#ifdef KILN_HAVE_AMX
+  return kiln::kernels::amx::usable();
+#else
+  return false;
+#endif
 }
 
 void register_peaks() {
