@@ -7,6 +7,10 @@
 
 #ifdef KILN_HAVE_X86
 #include <cpuid.h>
+
+#include <cstring>
+
+#include "kernels/x86/prefetch.h"
 #endif
 
 namespace kiln::kernels {
@@ -55,9 +59,39 @@ const CpuFeatures& features() {
   static const CpuFeatures f = detect();
   return f;
 }
+
+bool amd_cpu() {
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+}
+
+// The decode stream's prefetch distances (kernels/x86/prefetch.h). KILN_PREFETCH=NEAR,FAR
+// (bytes, 0 = off) overrides them, to tune another machine.
+x86::StreamPrefetch stream_prefetch_for_cpu() {
+  x86::StreamPrefetch d{1024, 4096};
+  if (amd_cpu()) d = {0, 0};
+  if (const char* env = std::getenv("KILN_PREFETCH"); env && *env) {
+    char* rest = nullptr;
+    const unsigned long near = std::strtoul(env, &rest, 10);
+    if (rest == env || *rest != ',') throw Error(std::string("KILN_PREFETCH=") + env + ": expected NEAR,FAR in bytes");
+    const char* far_text = rest + 1;
+    const unsigned long far = std::strtoul(far_text, &rest, 10);
+    if (rest == far_text || *rest) throw Error(std::string("KILN_PREFETCH=") + env + ": expected NEAR,FAR in bytes");
+    d = {near, far};
+  }
+  return d;
+}
 #endif
 
 const Ops& choose() {
+#ifdef KILN_HAVE_X86
+  x86::g_stream_prefetch = stream_prefetch_for_cpu();
+#endif
   const char* forced = std::getenv("KILN_ISA");
   if (forced && *forced) {
     const std::string want = forced;
@@ -73,6 +107,10 @@ const Ops& choose() {
 }
 
 }  // namespace
+
+#ifdef KILN_HAVE_X86
+x86::StreamPrefetch x86::g_stream_prefetch{1024, 4096};
+#endif
 
 const char* isa_name(Isa isa) {
   switch (isa) {

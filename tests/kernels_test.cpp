@@ -16,6 +16,9 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#ifdef KILN_HAVE_X86
+#include "kernels/x86/prefetch.h"
+#endif
 #include "kiln/error.h"
 #include "kiln/gguf.h"
 #include "test_util.h"
@@ -148,6 +151,33 @@ TEST(Dispatch, BadIsaEnvThrows) {
   EXPECT_NE(r.out.find("1 test"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("SKIPPED"), std::string::npos) << r.out;
 }
+
+#ifdef KILN_HAVE_X86
+// Disabled: run only in child processes started by the test below, under KILN_PREFETCH.
+TEST(Dispatch, DISABLED_ChildPrefetchDistances) {
+  ASSERT_STREQ(std::getenv("KILN_PREFETCH"), "512,8192");
+  ops();
+  EXPECT_EQ(kiln::kernels::x86::g_stream_prefetch.near, 512u);
+  EXPECT_EQ(kiln::kernels::x86::g_stream_prefetch.far, 8192u);
+}
+TEST(Dispatch, DISABLED_ChildBadPrefetchThrows) {
+  ASSERT_NE(std::getenv("KILN_PREFETCH"), nullptr);
+  EXPECT_THROW(ops(), kiln::Error);
+}
+
+TEST(Dispatch, PrefetchDistancesFromEnv) {
+  const std::string self = test::read_file("/proc/self/cmdline").c_str();
+  const auto child = [&](const std::string& env, const char* test) {
+    const auto r = test::run_command(env + " " + test::shell_quote(self) +
+                                     " --gtest_also_run_disabled_tests --gtest_filter=Dispatch." + test);
+    EXPECT_EQ(r.exit_code, 0) << env << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("1 test"), std::string::npos) << r.out;
+  };
+  child("KILN_PREFETCH=512,8192", "DISABLED_ChildPrefetchDistances");
+  for (const char* bad : {"bogus", "512", "512,", ",8192", "512,8192x"})
+    child(std::string("KILN_PREFETCH=") + bad, "DISABLED_ChildBadPrefetchThrows");
+}
+#endif
 
 // ---------------------------------------------------------------- fp16 / bf16
 

@@ -19,6 +19,7 @@ namespace kiln::kernels::x86 {
 
 inline constexpr size_t kPrefetchAhead = 8192;
 
+
 static inline void prefetch_ahead(const uint8_t* p, size_t bytes, const uint8_t* end) {
   const uint8_t* q = p + kPrefetchAhead;
   if (q >= end) return;
@@ -29,24 +30,35 @@ static inline void prefetch_ahead(const uint8_t* p, size_t bytes, const uint8_t*
 // alone cannot keep enough lines in flight: on this project's VM (2 threads, tinyllama
 // shapes, every layer matrix from DRAM) the packed decode tiles streamed 23-25 GB/s
 // against a 30-35 GB/s read loop, Q4_K and Q6_K no faster with any prefetch into L1 alone.
-// Two distances fix it: each line is asked into L1 kStreamNear bytes ahead and into L2
-// kStreamFar bytes ahead, so the L1 requests find their lines on the way and the core's
+// Two distances fix it: each line is asked into L1 `near` bytes ahead and into L2 `far`
+// bytes ahead, so the L1 requests find their lines on the way and the core's
 // few L1 miss buffers are not all held for a full DRAM round trip. Measured: Q4_0 24.5 ->
 // 30.5 GB/s, Q4_K 24 -> 30, Q6_K 23.5 -> 27.6 (1 KiB/4 KiB; 512 B-2 KiB near and 4 KiB
 // far were equal, 2 KiB far or 8 KiB far lost 2-3 GB/s, either distance alone lost 3).
 // The prefetches are asm volatile because GCC deletes a loop whose body is only
 // _mm_prefetch calls (C++ loops without side effects may be assumed finite and dropped).
-inline constexpr size_t kStreamNear = 1024, kStreamFar = 4096;
+// The distances are the CPU's (stream_prefetch_for_cpu in kernels/dispatch.cpp): on an AMD
+// EPYC (Zen 5) VM the same two prefetches cost a plain read loop a fifth of its bandwidth
+// (2 threads, 1 GiB: 52-58 GB/s without, 42 with) and 1.1B Q4_0 decode 67.5 -> 73.4 tok/s;
+// its hardware prefetchers keep up alone. 0 turns a distance off. Set once when the kernel
+// table is chosen, before any kernel runs; until then (tests calling a table directly) the
+// Intel distances.
+struct StreamPrefetch {
+  size_t near, far;
+};
+extern StreamPrefetch g_stream_prefetch;
 
 // Prefetches the lines that start within part `part` of kParts equal parts of the kBytes
 // record at rec (a record read in kParts steps spreads its prefetches over them).
 template <size_t kBytes, int kParts = 1>
 static inline void prefetch_stream(const uint8_t* rec, int part = 0) {
+  const StreamPrefetch d = g_stream_prefetch;
+  if (d.near + d.far == 0) return;
   const uintptr_t at = reinterpret_cast<uintptr_t>(rec);
   const uintptr_t end = at + kBytes * size_t(part + 1) / kParts;
   for (uintptr_t line = (at + kBytes * size_t(part) / kParts + 63) & ~uintptr_t(63); line < end; line += 64) {
-    __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line + kStreamNear)));
-    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(line + kStreamFar)));
+    if (d.near) __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line + d.near)));
+    if (d.far) __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(line + d.far)));
   }
 }
 
