@@ -1,8 +1,9 @@
 // How close a decode gemm tile streams to the memory: every layer matrix of a TinyLlama-1.1B
 // shaped model (one weight type, packed as the loader packs it, random valid blocks) against
 // one activation row, two threads each taking half of every matrix, against a read loop over
-// the same bytes in the same order with the kernels' software prefetch (bench/RESULTS.md,
-// "where decode lost its time"). Counter: bytes of packed weights per second.
+// the same bytes in the same order, plain (Read) and with the Intel kernels' software
+// prefetch (ReadPrefetched; bench/RESULTS.md, "where decode lost its time"). Counter: bytes
+// of packed weights per second.
 //
 //   build/bench/decode_stream_bench --benchmark_filter='Q4_0|Read' --benchmark_repetitions=4
 #include <benchmark/benchmark.h>
@@ -103,20 +104,24 @@ void tile_pass(TensorType type, const Model& model, int t, const float* x, float
   }
 }
 
-// The same bytes, read as the roofline probe's prefetched pass reads (src/cli/mem_bandwidth.h).
-uint64_t read_pass(TensorType type, const Model& model, int t) {
+// The same bytes, read as the roofline probe's plain or prefetched pass reads
+// (src/cli/mem_bandwidth.h).
+uint64_t read_pass(TensorType type, const Model& model, int t, bool prefetched) {
   const auto& ops = kernels::ops();
   uint64_t sum = 0;
   for (const Matrix& m : model.matrices) {
     const auto [r0, r1] = half_rows(m, t);
     const size_t group = ops.packed_bytes(type, 16, m.k);
     const auto* p = reinterpret_cast<const uint64_t*>(m.packed + r0 / 16 * group);
-    sum += kiln::cli::sum_words_prefetched(p, (r1 - r0 + 15) / 16 * group / 8);
+    const size_t words = (r1 - r0 + 15) / 16 * group / 8;
+    sum += prefetched ? kiln::cli::sum_words_prefetched(p, words) : kiln::cli::sum_words(p, words);
   }
   return sum;
 }
 
-void BM_DecodeStream(benchmark::State& state, TensorType type, bool read_only) {
+enum class Pass { tile, read, read_prefetched };
+
+void BM_DecodeStream(benchmark::State& state, TensorType type, Pass pass) {
   if (kernels::ops().packed_bytes(type, 16, 2048) == 0) {
     state.SkipWithError("this CPU's kernel table does not pack the type");
     return;
@@ -126,11 +131,11 @@ void BM_DecodeStream(benchmark::State& state, TensorType type, bool read_only) {
   uint64_t sink = 0;
   for (auto _ : state) {
     std::thread other([&] {
-      if (read_only) sink += read_pass(type, model, 1);
-      else tile_pass(type, model, 1, x.data(), y1.data());
+      if (pass == Pass::tile) tile_pass(type, model, 1, x.data(), y1.data());
+      else sink += read_pass(type, model, 1, pass == Pass::read_prefetched);
     });
-    if (read_only) sink += read_pass(type, model, 0);
-    else tile_pass(type, model, 0, x.data(), y0.data());
+    if (pass == Pass::tile) tile_pass(type, model, 0, x.data(), y0.data());
+    else sink += read_pass(type, model, 0, pass == Pass::read_prefetched);
     other.join();
   }
   benchmark::DoNotOptimize(sink);
@@ -144,9 +149,10 @@ void register_all() {
                                                       {"Q4_K", TensorType::Q4_K}, {"Q6_K", TensorType::Q6_K},
                                                       {"IQ4_XS", TensorType::IQ4_XS}};
   for (const auto& [name, type] : types)
-    for (bool read_only : {false, true})
-      benchmark::RegisterBenchmark((std::string("BM_DecodeStream/") + name + (read_only ? "/Read" : "/Tile")).c_str(),
-                                   BM_DecodeStream, type, read_only)
+    for (auto [pass, pass_name] : {std::pair{Pass::tile, "/Tile"}, std::pair{Pass::read, "/Read"},
+                                   std::pair{Pass::read_prefetched, "/ReadPrefetched"}})
+      benchmark::RegisterBenchmark((std::string("BM_DecodeStream/") + name + pass_name).c_str(), BM_DecodeStream,
+                                   type, pass)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
 }

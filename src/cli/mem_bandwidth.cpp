@@ -17,11 +17,6 @@
 namespace kiln::cli {
 namespace {
 
-// Eight independent sums the compiler vectorizes. Cloned per ISA and picked at run time
-// (the build targets baseline x86-64): on this project's VM 16-byte SSE2 loads read
-// ~25 GB/s where 64-byte loads reach the ~31 GB/s the AVX-512 gemm streams at.
-// Not under ThreadSanitizer: GCC instruments the clones' ifunc resolver, which the dynamic
-// loader runs before TSan's runtime exists, and every kiln binary crashed at startup.
 #if defined(__SANITIZE_THREAD__)
 #define KILN_UNDER_TSAN 1
 #elif defined(__has_feature)
@@ -29,18 +24,6 @@ namespace {
 #define KILN_UNDER_TSAN 1
 #endif
 #endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_UNDER_TSAN)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-uint64_t sum_words(const uint64_t* p, size_t n) {
-  uint64_t acc[8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
-  uint64_t s = 0;
-  for (uint64_t a : acc) s += a;
-  return s;
-}
-
 uint64_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -52,6 +35,23 @@ uint64_t mem_available_bytes() {
 }
 
 }  // namespace
+
+// Eight independent sums the compiler vectorizes. Cloned per ISA and picked at run time
+// (the build targets baseline x86-64): on this project's VM 16-byte SSE2 loads read
+// ~25 GB/s where 64-byte loads reach the ~31 GB/s the AVX-512 gemm streams at.
+// Not under ThreadSanitizer: GCC instruments the clones' ifunc resolver, which the dynamic
+// loader runs before TSan's runtime exists, and every kiln binary crashed at startup.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_UNDER_TSAN)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t acc[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+  uint64_t s = 0;
+  for (uint64_t a : acc) s += a;
+  return s;
+}
 
 // On this project's VM a core streams ~15% more with the prefetches than the plain loop
 // gets, so a probe without them would understate the roofline the kernels are held to.

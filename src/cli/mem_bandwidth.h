@@ -13,9 +13,12 @@ struct ReadBandwidth {
   int passes = 0;
 };
 
-// The sum of n words, each 64-byte line asked for 1 KiB ahead into L1 and 4 KiB ahead
+// The sum of n words, read front to back: the probe's plain pass.
+uint64_t sum_words(const uint64_t* p, size_t n);
+
+// The same, each 64-byte line asked for 1 KiB ahead into L1 and 4 KiB ahead
 // into L2 as the decode kernels do (kernels/x86/prefetch.h): the probe's prefetched pass,
-// and bench/decode_stream_bench's yardstick.
+// and bench/decode_stream_bench's yardstick on CPUs whose kernels prefetch.
 uint64_t sum_words_prefetched(const uint64_t* p, size_t n);
 
 // A buffer far larger than the caches: at least 1 GiB and twice the model, but at most a
