@@ -111,6 +111,13 @@ struct Ops {
   size_t (*prepared_bytes)(TensorType w_type, size_t k, size_t n_batch);
   void (*prepare)(TensorType w_type, const float* x, size_t ldx, size_t k, size_t b0, size_t b1, void* out);
 
+  // gemm on F32 weights packed as pack_weights lays them out (kernels/packed.h, whatever
+  // packed_bytes says), giving bit for bit what gemm gives for the same rows in the file
+  // layout (a.w_packed false). For short k (attention's Q K^T over a head dimension),
+  // where the file layout's arithmetic is cheaper to run on packed records. r0 a multiple
+  // of 16.
+  void (*gemm_packed_dots)(const GemmArgs& args);
+
   // x[i] = exp(x[i] - max), returns the sum (exp(-inf) = 0): the unnormalized softmax that
   // tiled attention rescales block by block.
   float (*exp_sum)(float* x, size_t n, float max);

@@ -111,5 +111,41 @@ TEST(PackedFloatGemm, MatchesFloat64TheFileLayoutAndTheBatchContract) {
   }
 }
 
+
+// Ops::gemm_packed_dots (attention's Q K^T over packed keys) gives, bit for bit, what the
+// same table's gemm gives for the rows in the file layout, whatever the table packs:
+// strided activations and outputs, partial groups, activation rows past a multiple of 8,
+// k under, at and past a vector, row ranges from a group boundary.
+TEST(GemmPackedDots, SameBitsAsTheFileLayoutGemm) {
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{70}}) {
+      for (size_t k : {size_t{1}, size_t{7}, size_t{8}, size_t{64}, size_t{80}, size_t{100}}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " rows=" + std::to_string(rows) + " k=" + std::to_string(k));
+        std::vector<float> w(rows * k);
+        for (float& v : w) v = dist(rng);
+        Packed p{std::vector<uint8_t>((rows + 15) / 16 * 16 * k * 4 + 64, 0xcd)};
+        pack_weights(TensorType::F32, w.data(), k * 4, rows, k, 0, rows, p.at());
+        for (size_t n_batch : {size_t{1}, size_t{3}, size_t{8}, size_t{13}, size_t{29}}) {
+          const size_t ldx = k + 3, ldy = rows + 5;
+          std::vector<float> x(n_batch * ldx);
+          for (float& v : x) v = dist(rng);
+          for (size_t r0 : {size_t{0}, size_t{16}}) {
+            if (r0 >= rows) continue;
+            std::vector<float> got(n_batch * ldy, NAN), want(n_batch * ldy, NAN);
+            o.gemm_packed_dots({TensorType::F32, p.at(), 0, x.data(), ldx, got.data(), ldy, k, n_batch, r0, rows, true});
+            o.gemm({TensorType::F32, w.data(), k * 4, x.data(), ldx, want.data(), ldy, k, n_batch, r0, rows});
+            for (size_t i = 0; i < got.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                  << "n_batch=" << n_batch << " r0=" << r0 << " b=" << i / ldy << " r=" << i % ldy;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::kernels

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/packed.h"
 #include "kernels/quant.h"
 #include "kernels/tables.h"
 
@@ -80,6 +81,21 @@ void gemm(const GemmArgs& a) {
       const float* x = a.x + b * a.ldx;
       float sum = 0.0f;
       for (size_t i = 0; i < a.k; ++i) sum += weight_at(a.w_type, row, i) * x[i];
+      a.y[b * a.ldy + r] = sum;
+    }
+  }
+}
+
+// gemm's sums above, reading element i of row r from its packed F32 record.
+void gemm_packed_dots(const GemmArgs& a) {
+  constexpr size_t G = packed::kGroupRows;
+  const size_t gbytes = packed::group_bytes(TensorType::F32, a.k);
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const float* w = reinterpret_cast<const float*>(static_cast<const char*>(a.w) + r / G * gbytes) + r % G;
+    for (size_t b = 0; b < a.n_batch; ++b) {
+      const float* x = a.x + b * a.ldx;
+      float sum = 0.0f;
+      for (size_t i = 0; i < a.k; ++i) sum += w[i * G] * x[i];
       a.y[b * a.ldy + r] = sum;
     }
   }
@@ -257,6 +273,7 @@ const Ops kScalarOps = {
     .packed_bytes = no_packing,
     .prepared_bytes = no_packing,
     .prepare = no_prepare,
+    .gemm_packed_dots = gemm_packed_dots,
     .exp_sum = exp_sum,
     .pv = pv,
     .ssm_update = ssm_update,

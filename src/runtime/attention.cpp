@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/packed.h"
 #include "runtime/attention_sink.h"
 #include "runtime/sliding_window.h"
 #include "runtime/soft_cap.h"
@@ -111,6 +112,33 @@ void Attention::scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size
   });
 }
 
+// A prefill span's Q K^T from packed keys (Ops::gemm_packed_dots): with the keys as rows
+// of the file layout and a head dimension of 64, the file tile pays a horizontal sum and
+// a scalar store for every 4 vector FMAs (1.1B Q4_0 pp512: 12% of the time in it). Same
+// bits either way, so decode (one query per head: packing would cost as much as the
+// products) keeps the file layout and a prefilled cache equals a decoded one.
+bool Attention::packs_keys(const QuerySpan& sp, uint32_t window) const {
+  return window == 0 && sp.n >= kPackKeysMinQueries && is_float_type(k_type_);
+}
+
+// Keys of head kvh at positions [0, n) into dst as packed F32 records (kernels/packed.h:
+// position p is slot p % 16 of group p / 16, one record per dimension; widening F16 and
+// BF16 is exact); the last group's slots past n are zero.
+void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t n, float* dst) const {
+  const size_t hd = c_.head_dim, G = kernels::packed::kGroupRows;
+  std::vector<float> row(hd);
+  runs(l, seq, 0, n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
+    for (size_t i = 0; i < m; ++i) {
+      float* slot = dst + (p + i) / G * G * hd + (p + i) % G;
+      KvCache::decode_row(k_type_, k + i * k_row_bytes_, kvh * hd, hd, row.data());
+      for (size_t d = 0; d < hd; ++d) slot[d * G] = row[d];
+    }
+  });
+  float* last = dst + n / G * G * hd;
+  if (n % G)
+    for (size_t d = 0; d < hd; ++d) std::fill(last + d * G + n % G, last + (d + 1) * G, 0.0f);
+}
+
 // Keys of head kvh as floats, [n][head_dim], for keys whose blocks span heads.
 void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const {
   const size_t hd = c_.head_dim;
@@ -166,17 +194,40 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
   const auto gathered_of = [&](int tid) {
     return gathered_.empty() ? nullptr : &gathered_[size_t(tid) * hd * n_ctx_ * elem_];
   };
+  // Keys packed for a span (packs_keys), each thread's own, for the span and KV head last packed.
+  size_t keys_needed = 0;
+  for (const QuerySpan& sp : spans)
+    if (packs_keys(sp, W)) keys_needed = std::max(keys_needed, last_key(sp, sp.pos + sp.n - 1) + 1);
+  if (keys_needed > 0) {
+    const size_t G = kernels::packed::kGroupRows, floats = (keys_needed + G - 1) / G * G * hd;
+    if (floats > keys_stride_) {
+      keys_stride_ = (std::max(keys_needed, n_ctx_) + G - 1) / G * G * hd;
+      packed_keys_.assign(size_t(pool.size()) * keys_stride_, 0.0f);
+    }
+  }
   const auto heads = [&](int tid, int nth) {
     float* S = &scores_[size_t(tid) * kQueryBlock * n_ctx_];  // [nb][n_keys]
+    float* keys = keys_needed ? &packed_keys_[size_t(tid) * keys_stride_] : nullptr;
+    const QuerySpan* packed_span = nullptr;
+    size_t packed_kvh = 0;
     for (size_t h = tid; h < c_.n_heads; h += nth) {
       const size_t kvh = h / group;
-      for (const QuerySpan& sp : spans)
+      for (const QuerySpan& sp : spans) {
+        const bool pack = packs_keys(sp, W);
+        if (pack && (packed_span != &sp || packed_kvh != kvh)) {
+          pack_keys(l, sp.seq, kvh, last_key(sp, sp.pos + sp.n - 1) + 1, keys);
+          packed_span = &sp, packed_kvh = kvh;
+        }
         for (size_t b0 = 0; b0 < sp.n; b0 += kQueryBlock) {
           const size_t nb = std::min(kQueryBlock, sp.n - b0);
           const size_t lo = window_start(sp.pos + b0, W);  // what the block's first query sees
           const size_t n_keys = last_key(sp, sp.pos + b0 + nb - 1) + 1 - lo;  // to what its last one sees
           const size_t row0 = sp.row + b0;
-          scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
+          if (pack)
+            ops_.gemm_packed_dots(
+                {TensorType::F32, keys, 0, &q[row0 * q_dim + h * hd], q_dim, S, n_keys, hd, nb, 0, n_keys, true});
+          else
+            scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
           for (size_t b = 0; b < nb; ++b) {
             const size_t p = last_key(sp, sp.pos + b0 + b), first = window_start(p, W) - lo, visible = p + 1 - lo - first;
             float* row = S + b * n_keys;
@@ -190,6 +241,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
           }
           scores_v(l, sp.seq, kvh, S, nb, lo, n_keys, &out[row0 * q_dim + h * hd], q_dim, tmp_of(tid), gathered_of(tid));
         }
+      }
     }
   };
   // Decoding one token per sequence: the query heads that share a KV head form one batch,
