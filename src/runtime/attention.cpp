@@ -121,19 +121,24 @@ bool Attention::packs_keys(const QuerySpan& sp, uint32_t window) const {
   return window == 0 && sp.n >= kPackKeysMinQueries && is_float_type(k_type_);
 }
 
-// Keys of head kvh at positions [0, n) into dst as packed F32 records (kernels/packed.h:
-// position p is slot p % 16 of group p / 16, one record per dimension; widening F16 and
-// BF16 is exact); the last group's slots past n are zero.
-void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t n, float* dst) const {
+// Keys of head kvh at positions [lo, lo + n) into dst as packed F32 records
+// (kernels/packed.h: position lo + j is slot j % 16 of group j / 16, one record per
+// dimension; widening F16 and BF16 is exact); the last group's slots past n are zero.
+void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const {
   const size_t hd = c_.head_dim, G = kernels::packed::kGroupRows;
-  std::vector<float> row(hd);
-  runs(l, seq, 0, n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
-    for (size_t i = 0; i < m; ++i) {
-      float* slot = dst + (p + i) / G * G * hd + (p + i) % G;
-      KvCache::decode_row(k_type_, k + i * k_row_bytes_, kvh * hd, hd, row.data());
-      for (size_t d = 0; d < hd; ++d) slot[d * G] = row[d];
-    }
-  });
+  const auto pack = [&]<class Elem>(auto widen) {
+    runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
+      for (size_t i = 0; i < m; ++i) {
+        const size_t j = p - lo + i;
+        const Elem* row = reinterpret_cast<const Elem*>(k + i * k_row_bytes_) + kvh * hd;
+        float* slot = dst + j / G * G * hd + j % G;
+        for (size_t d = 0; d < hd; ++d) slot[d * G] = widen(row[d]);
+      }
+    });
+  };
+  if (k_type_ == TensorType::F32) pack.operator()<float>([](float v) { return v; });
+  else if (k_type_ == TensorType::F16) pack.operator()<uint16_t>([](uint16_t h) { return fp16_to_f32(h); });
+  else pack.operator()<uint16_t>([](uint16_t h) { return bf16_to_f32(h); });
   float* last = dst + n / G * G * hd;
   if (n % G)
     for (size_t d = 0; d < hd; ++d) std::fill(last + d * G + n % G, last + (d + 1) * G, 0.0f);
@@ -215,7 +220,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
       for (const QuerySpan& sp : spans) {
         const bool pack = packs_keys(sp, W);
         if (pack && (packed_span != &sp || packed_kvh != kvh)) {
-          pack_keys(l, sp.seq, kvh, last_key(sp, sp.pos + sp.n - 1) + 1, keys);
+          pack_keys(l, sp.seq, kvh, 0, last_key(sp, sp.pos + sp.n - 1) + 1, keys);
           packed_span = &sp, packed_kvh = kvh;
         }
         for (size_t b0 = 0; b0 < sp.n; b0 += kQueryBlock) {
@@ -331,7 +336,7 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
     float* O = Qs + kTileRows * hd;                           // [rows][hd]
     float* Ob = O + kTileRows * hd;                           // [rows][hd]
     float* S = Ob + kTileRows * hd;                           // [rows][nk]
-    float* Kf = S + kTileRows * kTileKeys;                    // [nk][hd]
+    float* Kf = S + kTileRows * kTileKeys;                    // [nk][hd], or packed (pack_keys)
     float* Vt = Kf + kTileKeys * hd;                          // gathered values (paged, transposed)
     float* m = Vt + kTileKeys * hd;                           // [rows]
     float* lsum = m + kTileRows;                              // [rows]
@@ -367,7 +372,10 @@ void Attention::tiled(ThreadPool& pool, size_t l, std::span<const QuerySpan> spa
         nk = std::min({kTileKeys, n_keys - j0, kv_.wrap_room(l, j0)});
         if (j0 == key_lo) prefetch(l, sp.seq, kvh, j0, nk);
         if (j0 + nk < n_keys) prefetch(l, sp.seq, kvh, j0 + nk, std::min(kTileKeys, n_keys - j0 - nk));
-        if (k_by_head) {
+        if (!decode && is_float_type(k_type_)) {  // as in direct(): the same bits, faster
+          pack_keys(l, sp.seq, kvh, j0, nk, Kf);
+          ops_.gemm_packed_dots({TensorType::F32, Kf, 0, Qs, hd, S, nk, hd, rows, 0, nk, true});
+        } else if (k_by_head) {
           scores_qk(l, sp.seq, kvh, Qs, hd, rows, S, j0, nk);
         } else {
           keys_to_f32(l, sp.seq, kvh, j0, nk, Kf);

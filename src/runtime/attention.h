@@ -73,7 +73,7 @@ class Attention {
   void prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const;  // n key rows from k
   void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
   bool packs_keys(const QuerySpan& sp, uint32_t window) const;
-  void pack_keys(size_t l, int32_t seq, size_t kvh, size_t n, float* dst) const;
+  void pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const;
 
   void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
               const float* sinks);
