@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_streams.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_iq.h"
 #include "kiln/gguf.h"
@@ -121,7 +122,7 @@ TEST(IquantGemm, MatchesFloat64AndIsDeterministic) {
       for (bool pack : {true, false}) {
         if (!pack && !o.packed_bytes(t, 16, ks.back())) continue;
         for (size_t k : ks) {
-          for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+          for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{86}}) {
             SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " k=" + std::to_string(k) +
                          " rows=" + std::to_string(rows) + (pack ? " packed" : " file layout"));
             const std::vector<uint8_t> file = random_blocks(t, rows, k, rng);
@@ -166,16 +167,18 @@ TEST(IquantGemm, MatchesFloat64AndIsDeterministic) {
             }
             for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(y2[i]), bits_of(y[i])) << i;
             // Smaller batches, a single row (decode) among them: the same bits.
-            for (size_t nb : batches) {
-              GemmArgs small = a;
-              std::vector<float> ys(nb * rows, NAN);
-              small.x = &x[(n_batch - nb) * k];
-              small.y = ys.data();
-              small.n_batch = nb;
-              o.gemm(small);
-              for (size_t i = 0; i < ys.size(); ++i)
-                ASSERT_EQ(bits_of(ys[i]), bits_of(y[(n_batch - nb) * rows + i])) << "n_batch=" << nb << " i=" << i;
-            }
+            test::for_each_decode_stream([&] {
+              for (size_t nb : batches) {
+                GemmArgs small = a;
+                std::vector<float> ys(nb * rows, NAN);
+                small.x = &x[(n_batch - nb) * k];
+                small.y = ys.data();
+                small.n_batch = nb;
+                o.gemm(small);
+                for (size_t i = 0; i < ys.size(); ++i)
+                  ASSERT_EQ(bits_of(ys[i]), bits_of(y[(n_batch - nb) * rows + i])) << "n_batch=" << nb << " i=" << i;
+              }
+            });
           }
         }
       }

@@ -155,10 +155,13 @@ TEST(Dispatch, BadIsaEnvThrows) {
 #ifdef KILN_HAVE_X86
 // Disabled: run only in child processes started by the test below, under KILN_PREFETCH.
 TEST(Dispatch, DISABLED_ChildPrefetchDistances) {
-  ASSERT_STREQ(std::getenv("KILN_PREFETCH"), "512,8192");
+  const std::string env = std::getenv("KILN_PREFETCH");
   ops();
-  EXPECT_EQ(kiln::kernels::x86::g_stream_prefetch.near, 512u);
-  EXPECT_EQ(kiln::kernels::x86::g_stream_prefetch.far, 8192u);
+  const auto& s = kiln::kernels::x86::g_stream_prefetch;
+  EXPECT_EQ(s.near, 512u);
+  EXPECT_EQ(s.far, 8192u);
+  EXPECT_EQ(s.groups, env == "512,8192" ? 1 : 3);
+  EXPECT_EQ(s.group_ahead, env == "512,8192" ? 0u : 1536u);
 }
 TEST(Dispatch, DISABLED_ChildBadPrefetchThrows) {
   ASSERT_NE(std::getenv("KILN_PREFETCH"), nullptr);
@@ -174,7 +177,9 @@ TEST(Dispatch, PrefetchDistancesFromEnv) {
     EXPECT_NE(r.out.find("1 test"), std::string::npos) << r.out;
   };
   child("KILN_PREFETCH=512,8192", "DISABLED_ChildPrefetchDistances");
-  for (const char* bad : {"bogus", "512", "512,", ",8192", "512,8192x"})
+  child("KILN_PREFETCH=512,8192,3,1536", "DISABLED_ChildPrefetchDistances");
+  for (const char* bad : {"bogus", "512", "512,", ",8192", "512,8192x", "512,8192,3", "512,8192,0,64",
+                          "512,8192,5,64", "512,8192,2,64,1"})
     child(std::string("KILN_PREFETCH=") + bad, "DISABLED_ChildBadPrefetchThrows");
 }
 #endif

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "decode_streams.h"
 #include "kernels/quant.h"
 #include "test_util.h"
 
@@ -88,7 +89,7 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
     const Ops& o = *ops_for(isa);
     for (const Case& c : cases) {
       for (size_t k : c.ks) {
-        for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+        for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{86}}) {
           const size_t packed_size = o.packed_bytes(c.type, rows, k);
           if (!packed_size) continue;
           SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(c.type) + " k=" + std::to_string(k) +
@@ -147,15 +148,26 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
             o.gemm(b2);
           }
           for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits_of(y2[i]), bits_of(y[i])) << i;
-          for (size_t b = 0; b < n_batch; b += 4) {
-            std::vector<float> y1(rows, NAN);
-            GemmArgs one = a;
-            one.x = &x[b * k];
-            one.y = y1.data();
-            one.n_batch = 1;
-            o.gemm(one);
-            for (size_t r = 0; r < rows; ++r) ASSERT_EQ(bits_of(y1[r]), bits_of(y[b * rows + r])) << "b=" << b;
-          }
+          test::for_each_decode_stream([&] {
+            for (size_t b = 0; b < n_batch; b += 4) {
+              std::vector<float> y1(rows, NAN);
+              GemmArgs one = a;
+              one.x = &x[b * k];
+              one.y = y1.data();
+              one.n_batch = 1;
+              o.gemm(one);
+              for (size_t r = 0; r < rows; ++r) ASSERT_EQ(bits_of(y1[r]), bits_of(y[b * rows + r])) << "b=" << b;
+              // A task's rows from inside a group to inside another (the lanes outside stay).
+              if (rows > 16) {
+                std::vector<float> y3(rows, -7.0f);
+                one.y = y3.data();
+                one.r0 = 16, one.r1 = rows - 3;
+                o.gemm(one);
+                for (size_t r = 0; r < rows; ++r)
+                  ASSERT_EQ(bits_of(y3[r]), bits_of(r >= 16 && r < rows - 3 ? y[b * rows + r] : -7.0f)) << "b=" << b;
+              }
+            }
+          });
         }
       }
     }

@@ -27,7 +27,7 @@ static inline void prefetch_ahead(const uint8_t* p, size_t bytes, const uint8_t*
 }
 
 // Decode (one activation row) reads each packed record once, front to back, and a core
-// alone cannot keep enough lines in flight: on this project's VM (2 threads, tinyllama
+// alone cannot keep enough lines in flight: on the project's Intel VM (2 threads, tinyllama
 // shapes, every layer matrix from DRAM) the packed decode tiles streamed 23-25 GB/s
 // against a 30-35 GB/s read loop, Q4_K and Q6_K no faster with any prefetch into L1 alone.
 // Two distances fix it: each line is asked into L1 `near` bytes ahead and into L2 `far`
@@ -40,11 +40,15 @@ static inline void prefetch_ahead(const uint8_t* p, size_t bytes, const uint8_t*
 // The distances are the CPU's (stream_prefetch_for_cpu in kernels/dispatch.cpp): on an AMD
 // EPYC (Zen 5) VM the same two prefetches cost a plain read loop a fifth of its bandwidth
 // (2 threads, 1 GiB: 52-58 GB/s without, 42 with) and 1.1B Q4_0 decode 67.5 -> 73.4 tok/s;
-// its hardware prefetchers keep up alone. 0 turns a distance off. Set once when the kernel
-// table is chosen, before any kernel runs; until then (tests calling a table directly) the
-// Intel distances.
+// its hardware prefetchers keep up alone (a single stream; see `groups`). 0 turns a
+// distance off. Set once when the kernel table is chosen, before any kernel runs; until
+// then (tests calling a table directly) the Intel distances.
+// groups > 1: the AVX-512 packed decode reads that many 16-row groups at once, record by
+// record, each record's lines asked into L1 group_ahead bytes ahead (avx512/packed_tiles.h).
 struct StreamPrefetch {
   size_t near, far;
+  int groups = 1;
+  size_t group_ahead = 0;
 };
 extern StreamPrefetch g_stream_prefetch;
 
@@ -60,6 +64,15 @@ static inline void prefetch_stream(const uint8_t* rec, int part = 0) {
     if (d.near) __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line + d.near)));
     if (d.far) __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(line + d.far)));
   }
+}
+
+// The lines of the kBytes record at rec, `ahead` bytes further on, into L1 (0: none).
+template <size_t kBytes>
+static inline void prefetch_lines(const uint8_t* rec, size_t ahead) {
+  if (ahead == 0) return;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(rec);
+  for (uintptr_t line = (at + 63) & ~uintptr_t(63); line < at + kBytes; line += 64)
+    __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line + ahead)));
 }
 
 // Prefill tiles of the packed K-quants and IQ4_XS (several activation rows) read records

@@ -34,25 +34,26 @@ inline void iq4_weights(const uint8_t* codes, __m512i table, __m512i w[8]) {
   }
 }
 
-template <int RB>
-void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::IQ4_NL);
-  const __m512i table = iq4_unsigned_table();
-  ActRow32 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j] = _mm512_setzero_ps();
-  for (size_t blk = 0; blk < k / 32; ++blk) {
-    const uint8_t* rec = group + blk * R;
+// The table of IQ4_NL's and IQ4_XS's codes, built once a tile.
+struct Iq4Consts {
+  __m512i table = iq4_unsigned_table();
+};
+
+struct Iq4NlKind : RecordKind<32, record_bytes(TensorType::IQ4_NL)> {
+  using Consts = Iq4Consts;
+
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts& c, const Act* xr, size_t blk,
+                                                  __m512* acc) {
     if constexpr (RB > 1) {  // as the legacy tiles: the record 8 ahead (gemm_packed.cpp)
-      for (size_t line = 0; line < R; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(rec + 8 * R + line), _MM_HINT_T0);
+      for (size_t line = 0; line < kBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rec + 8 * kBytes + line), _MM_HINT_T0);
     } else {
-      x86::prefetch_stream<R>(rec);
+      x86::prefetch_stream<kBytes>(rec);
     }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];
-    iq4_weights(rec + 32, table, w);
+    iq4_weights(rec + 32, c.table, w);
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) {
       const int8_t* xq = xr[j].q + 32 * blk;
@@ -62,29 +63,23 @@ void iq4_nl_tile(const uint8_t* group, size_t k, const void* act, float* y, size
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(xr[j].d[blk])), acc[j]);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
+};
 
 // Per record: sub-block b's sum (|.| <= 32 x 127 x 127) times its scale (-32..31), eight
 // of them: below 2^27, exact in int32.
-template <int RB>
-void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::IQ4_XS);
-  const __m512i table = iq4_unsigned_table();
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
+struct Iq4XsKind : RecordKind<256, record_bytes(TensorType::IQ4_XS)> {
+  using Consts = Iq4Consts;
+
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts& c, const Act* xr, size_t sb,
+                                                  __m512* acc) {
     __m512i sumi[RB];
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int sub = 0; sub < 8; ++sub) {
-      x86::prefetch_record_step<R, RB>(rec, sub);
+      x86::prefetch_record_step<kBytes, RB>(rec, sub);
       __m512i w[8];
-      iq4_weights(rec + 160 + 256 * sub, table, w);
+      iq4_weights(rec + 160 + 256 * sub, c.table, w);
       const __m512i scale =
           _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * sub)));
 #pragma GCC unroll 16
@@ -101,30 +96,15 @@ void iq4_xs_tile(const uint8_t* group, size_t k, const void* act, float* y, size
     for (int j = 0; j < RB; ++j)
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, _mm512_set1_ps(xr[j].d[sb])), acc[j]);
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
-
-struct Iq4NlTile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    iq4_nl_tile<RB>(group, k, act, y, ldy, lanes);
-  }
-};
-struct Iq4XsTile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    iq4_xs_tile<RB>(group, k, act, y, ldy, lanes);
-  }
 };
 
 }  // namespace
 
 void run_packed_iq4(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   if (a.w_type == TensorType::IQ4_NL)
-    run_groups<Iq4NlTile>(a, act, b0, b1);
+    run_groups<Iq4NlKind>(a, act, b0, b1);
   else if (a.w_type == TensorType::IQ4_XS)
-    run_groups<Iq4XsTile>(a, act, b0, b1);
+    run_groups<Iq4XsKind>(a, act, b0, b1);
 }
 
 }  // namespace kiln::kernels::avx512

@@ -66,26 +66,26 @@ struct Legacy {
   }
 };
 
-template <TensorType T, int RB>
-void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  using L = Legacy<T>;
-  constexpr size_t R = record_bytes(T);
-  ActRow32 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row32(act, k, j), acc[j] = _mm512_setzero_ps();
-  for (size_t blk = 0; blk < k / 32; ++blk) {
-    const uint8_t* rec = group + blk * R;
+template <TensorType T>
+struct LegacyKind : RecordKind<32, record_bytes(T)> {
+  using Base = RecordKind<32, record_bytes(T)>;
+  using typename Base::Act, typename Base::Consts;
+  using Base::kBytes;
+
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts&, const Act* xr, size_t blk,
+                                                  __m512* acc) {
+    using L = Legacy<T>;
     if constexpr (RB > 1) {
       // With several activation rows a record takes long enough that the hardware
       // prefetcher no longer runs ahead of the stream (the block's first loads stalled on
       // DRAM): fetch the record kAheadRecords further on (past the group's end that is
       // the next group, which follows it in memory).
       constexpr size_t kAheadRecords = 8;
-      for (size_t line = 0; line < R; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(rec + kAheadRecords * R + line), _MM_HINT_T0);
+      for (size_t line = 0; line < kBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rec + kAheadRecords * kBytes + line), _MM_HINT_T0);
     } else {
-      x86::prefetch_stream<R>(rec);
+      x86::prefetch_stream<kBytes>(rec);
     }
     const __m512 dw = load_fp16x16(rec);
     __m512i w[8];
@@ -102,27 +102,17 @@ void legacy_tile(const uint8_t* group, size_t k, const void* act, float* y, size
       if constexpr (L::has_m) acc[j] = _mm512_fmadd_ps(load_fp16x16(rec + 32), _mm512_set1_ps(dx * float(xr[j].s[blk])), acc[j]);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
-
-template <TensorType T>
-struct LegacyTile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    legacy_tile<T, RB>(group, k, act, y, ldy, lanes);
-  }
 };
 
 }  // namespace
 
 void run_packed_legacy(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
-    case TensorType::Q8_0: return run_groups<LegacyTile<TensorType::Q8_0>>(a, act, b0, b1);
-    case TensorType::Q4_0: return run_groups<LegacyTile<TensorType::Q4_0>>(a, act, b0, b1);
-    case TensorType::Q4_1: return run_groups<LegacyTile<TensorType::Q4_1>>(a, act, b0, b1);
-    case TensorType::Q5_0: return run_groups<LegacyTile<TensorType::Q5_0>>(a, act, b0, b1);
-    case TensorType::Q5_1: return run_groups<LegacyTile<TensorType::Q5_1>>(a, act, b0, b1);
+    case TensorType::Q8_0: return run_groups<LegacyKind<TensorType::Q8_0>>(a, act, b0, b1);
+    case TensorType::Q4_0: return run_groups<LegacyKind<TensorType::Q4_0>>(a, act, b0, b1);
+    case TensorType::Q4_1: return run_groups<LegacyKind<TensorType::Q4_1>>(a, act, b0, b1);
+    case TensorType::Q5_0: return run_groups<LegacyKind<TensorType::Q5_0>>(a, act, b0, b1);
+    case TensorType::Q5_1: return run_groups<LegacyKind<TensorType::Q5_1>>(a, act, b0, b1);
     default: return;
   }
 }

@@ -16,28 +16,29 @@ namespace {
 
 // Q4_K, and Q5_K with the fifth bit of each unpacked vector from its mask word (the
 // pair's 8 nibble vectors are then followed by 16 mask words: 640 bytes a pair).
-template <TensorType T, int RB>
-void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr bool kFifthBit = T == TensorType::Q5_K;
-  constexpr size_t R = record_bytes(T), kPairBytes = kFifthBit ? 640 : 512;
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
+template <TensorType T>
+struct Q4KKind : RecordKind<256, record_bytes(T)> {
+  using typename RecordKind<256, record_bytes(T)>::Act;
+  static constexpr bool kFifthBit = T == TensorType::Q5_K;
+  static constexpr size_t kBytes = record_bytes(T), kPairBytes = kFifthBit ? 640 : 512;
+  struct Consts {
+    __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
+  };
+
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts& c, const Act* xr, size_t sb,
+                                                  __m512* acc) {
     const uint8_t *sc = rec + 64, *mpair = rec + 192, *qs = rec + 320;
     __m512i sumi[RB];
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int half = 0; half < 8; ++half) {  // sub-block `half`: pair half/2, nibble half%2
       const uint8_t *pv = qs + kPairBytes * (half / 2), *qh = pv + 512 + 64 * (half % 2);
-      x86::prefetch_record_step<R, RB>(rec, half);
+      x86::prefetch_record_step<kBytes, RB>(rec, half);
       __m512i w[8];
       for (int v = 0; v < 8; ++v) {
-        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
-        if constexpr (kFifthBit) w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], sixteen);
+        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), c.low4);
+        if constexpr (kFifthBit) w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], c.sixteen);
       }
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * half)));
 #pragma GCC unroll 16
@@ -62,28 +63,22 @@ void q4_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
       acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
+};
 
 // ---------------------------------------------------------------- Q6_K
 
-template <int RB>
-void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q6_K);
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
+struct Q6KKind : RecordKind<256, record_bytes(TensorType::Q6_K)> {
+
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts&, const Act* xr, size_t sb,
+                                                  __m512* acc) {
     const uint8_t *scpair = rec + 32, *chunks = rec + 288;
     __m512i sumi[RB];
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       const uint8_t *ql = chunks + 384 * P, *qh = ql + 256;
-      if constexpr (RB == 1) x86::prefetch_stream<R, 8>(rec, P);
+      if constexpr (RB == 1) x86::prefetch_stream<kBytes, 8>(rec, P);
       __m512i w[8];
       x86::q6_k_weights<Vec>(ql, qh, w);
       const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scpair + 32 * P)));
@@ -107,31 +102,15 @@ void q6_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j)
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, _mm512_set1_ps(xr[j].d[sb])), acc[j]);
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
-
-template <TensorType T>
-struct Q4KTile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    q4_k_tile<T, RB>(group, k, act, y, ldy, lanes);
-  }
-};
-struct Q6KTile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    q6_k_tile<RB>(group, k, act, y, ldy, lanes);
-  }
 };
 
 }  // namespace
 
 void run_packed_k(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
-    case TensorType::Q4_K: return run_groups<Q4KTile<TensorType::Q4_K>>(a, act, b0, b1);
-    case TensorType::Q5_K: return run_groups<Q4KTile<TensorType::Q5_K>>(a, act, b0, b1);
-    case TensorType::Q6_K: return run_groups<Q6KTile>(a, act, b0, b1);
+    case TensorType::Q4_K: return run_groups<Q4KKind<TensorType::Q4_K>>(a, act, b0, b1);
+    case TensorType::Q5_K: return run_groups<Q4KKind<TensorType::Q5_K>>(a, act, b0, b1);
+    case TensorType::Q6_K: return run_groups<Q6KKind>(a, act, b0, b1);
     default: return run_packed_k2(a, act, b0, b1);
   }
 }

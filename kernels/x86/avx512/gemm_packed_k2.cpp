@@ -54,23 +54,18 @@ inline __m512i chunk_dot(__m512i sumi, const __m512i w[8], const int8_t* xq, __m
 // Q3_K: x = d * sc * (q - 4) with q in 0..7 stored, sc in -32..31. The offset joins the
 // same int32 sum as -4 * sc * sum(x_q) per sub-block: one vpdpwssd of (-4 sc_a, -4 sc_b)
 // against the pair of 16-element activation sums.
-template <int RB>
-void q3_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q3_K);
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
+struct Q3KKind : RecordKind<256, record_bytes(TensorType::Q3_K)> {
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts&, const Act* xr, size_t sb,
+                                                  __m512* acc) {
     const uint8_t *scpair = rec + 32, *chunks = rec + 288;
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
     __m512i sumi[RB];
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       __m512i w[8];
-      x86::prefetch_record_step<R, RB>(rec, P);
+      x86::prefetch_record_step<kBytes, RB>(rec, P);
       unpack_crumbs<true>(chunks + 192 * P, w);
       const __m512i sc16 = load_i8x32_as_i16(scpair + 32 * P);
       const __m512i sc_a = _mm512_and_si512(sc16, low16), sc_b = _mm512_srli_epi32(sc16, 16);
@@ -86,29 +81,22 @@ void q3_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
     for (int j = 0; j < RB; ++j)
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, _mm512_set1_ps(xr[j].d[sb])), acc[j]);
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
+};
 
 // Q2_K: x = d * sc * q - dmin * m, q in 0..3, sc and m 4-bit; the mins as Q4_K's, one
 // vpdpwssd of (m_a, m_b) against the 16-element activation sums per chunk.
-template <int RB>
-void q2_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-  constexpr size_t R = record_bytes(TensorType::Q2_K);
-  ActRow256 xr[RB];
-  __m512 acc[RB];
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) xr[j] = act_row256(act, k, j), acc[j] = _mm512_setzero_ps();
-  const __m512i low4_of_low16 = _mm512_set1_epi32(0x0f);
-  for (size_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* rec = group + sb * R;
+struct Q2KKind : RecordKind<256, record_bytes(TensorType::Q2_K)> {
+  template <int RB>
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts&, const Act* xr, size_t sb,
+                                                  __m512* acc) {
+    const __m512i low4_of_low16 = _mm512_set1_epi32(0x0f);
     const uint8_t *scm = rec + 64, *crumbs = rec + 320;
     __m512i sumi[RB];
 #pragma GCC unroll 16
     for (int j = 0; j < RB; ++j) sumi[j] = _mm512_setzero_si512();
     for (int P = 0; P < 8; ++P) {
       __m512i w[8];
-      x86::prefetch_record_step<R, RB>(rec, P);
+      x86::prefetch_record_step<kBytes, RB>(rec, P);
       unpack_crumbs<false>(crumbs + 128 * P, w);
       const __m512i scm16 = load_u8x32_as_i16(scm + 32 * P);
       const __m512i sc_a = _mm512_and_si512(scm16, low4_of_low16);
@@ -128,25 +116,14 @@ void q2_k_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t
       acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
-}
-
-template <TensorType T>
-struct Tile {
-  template <int RB>
-  static void fn(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
-    if constexpr (T == TensorType::Q3_K) q3_k_tile<RB>(group, k, act, y, ldy, lanes);
-    else q2_k_tile<RB>(group, k, act, y, ldy, lanes);
-  }
 };
 
 }  // namespace
 
 void run_packed_k2(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
   switch (a.w_type) {
-    case TensorType::Q3_K: return run_groups<Tile<TensorType::Q3_K>>(a, act, b0, b1);
-    case TensorType::Q2_K: return run_groups<Tile<TensorType::Q2_K>>(a, act, b0, b1);
+    case TensorType::Q3_K: return run_groups<Q3KKind>(a, act, b0, b1);
+    case TensorType::Q2_K: return run_groups<Q2KKind>(a, act, b0, b1);
     default: return;
   }
 }

@@ -5,9 +5,11 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/x86/prefetch.h"
 
 namespace kiln::kernels::avx512 {
 
@@ -55,10 +57,90 @@ inline __mmask16 group_lanes(size_t row0, size_t r0, size_t r1) {
 // 32 registers.
 constexpr int kTileRows = 8;
 
-// Tile::fn<RB>(group, k, act, y, ldy, lanes): one group of 16 rows against RB activation
-// rows. Every group overlapping [r0, r1) runs whole, storing only the lanes inside it.
-template <class Tile>
+// A tile kind says how one record of a 16-row group meets RB activation rows:
+//   Act, act_row(act, k, j)   activation row j's view (kernels/packed.h)
+//   kElems, kBytes            the elements a record spans and its bytes
+//   Consts                    what its steps share (tables, masks), built once a tile
+//   step<RB>(rec, c, xr, i, acc)  record i's products added to acc[0, RB)
+// Every output's operations are its steps', record after record, whatever the number of
+// activation rows or groups a tile runs: decode equals batch.
+
+// What every kind shares: the activation format follows from the record's span.
+template <size_t kRecordElems, size_t kRecordBytes>
+struct RecordKind {
+  static constexpr size_t kElems = kRecordElems, kBytes = kRecordBytes;
+  using Act = std::conditional_t<kElems == 32, ActRow32, ActRow256>;
+  struct Consts {};
+  static Act act_row(const void* act, size_t k, int j) {
+    if constexpr (kElems == 32) return act_row32(act, k, j);
+    else return act_row256(act, k, j);
+  }
+};
+
+// One group of 16 rows against RB activation rows.
+template <class Kind, int RB>
+void group_tile(const uint8_t* group, size_t k, const void* act, float* y, size_t ldy, __mmask16 lanes) {
+  const typename Kind::Consts c;
+  typename Kind::Act xr[RB];
+  __m512 acc[RB];
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) xr[j] = Kind::act_row(act, k, j), acc[j] = _mm512_setzero_ps();
+  for (size_t i = 0; i < k / Kind::kElems; ++i) Kind::template step<RB>(group + i * Kind::kBytes, c, xr, i, acc);
+#pragma GCC unroll 16
+  for (int j = 0; j < RB; ++j) _mm512_mask_storeu_ps(y + j * ldy, lanes, acc[j]);
+}
+
+// Decode (one activation row) of NG groups that follow each other gbytes apart, record i
+// of each in turn, each record's lines asked into L1 `ahead` bytes before it is read:
+// several prefetched streams, as the float decode tile reads (x86::StreamPrefetch).
+template <class Kind, int NG>
+void decode_groups(const uint8_t* group, size_t gbytes, size_t k, const void* act, float* y, const __mmask16* lanes,
+                   size_t ahead) {
+  const typename Kind::Consts c;
+  const typename Kind::Act xr = Kind::act_row(act, k, 0);
+  __m512 acc[NG];
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) acc[g] = _mm512_setzero_ps();
+  for (size_t i = 0; i < k / Kind::kElems; ++i)
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) {
+      const uint8_t* rec = group + g * gbytes + i * Kind::kBytes;
+      x86::prefetch_lines<Kind::kBytes>(rec, ahead);
+      Kind::template step<1>(rec, c, &xr, i, &acc[g]);
+    }
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) _mm512_mask_storeu_ps(y + g * kGroupRows, lanes[g], acc[g]);
+}
+
+template <class Kind>
+void run_decode_groups(const GemmArgs& a, const void* act, size_t b, size_t ng) {
+  const size_t gbytes = packed::group_bytes(a.w_type, a.k), ahead = x86::g_stream_prefetch.group_ahead;
+  const size_t g_end = (a.r1 + kGroupRows - 1) / kGroupRows;
+  for (size_t g = a.r0 / kGroupRows; g < g_end;) {
+    const size_t n = g_end - g < ng ? g_end - g : ng;
+    __mmask16 lanes[4];
+    for (size_t i = 0; i < n; ++i) lanes[i] = group_lanes((g + i) * kGroupRows, a.r0, a.r1);
+    const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
+    float* y = a.y + b * a.ldy + g * kGroupRows;
+    switch (n) {
+      case 4: decode_groups<Kind, 4>(group, gbytes, a.k, act, y, lanes, ahead); break;
+      case 3: decode_groups<Kind, 3>(group, gbytes, a.k, act, y, lanes, ahead); break;
+      case 2: decode_groups<Kind, 2>(group, gbytes, a.k, act, y, lanes, ahead); break;
+      default: decode_groups<Kind, 1>(group, gbytes, a.k, act, y, lanes, ahead); break;
+    }
+    g += n;
+  }
+}
+
+// Every group overlapping [r0, r1) runs whole, storing only the lanes inside it. Decode
+// runs several groups at once only for records of 32 values (Q4_0, Q8_0, IQ4_NL...):
+// the 256-value records of the K-quants and IQ4_XS (2 KiB and more a record) lost with
+// it on the machine that asked for it (1.1B IQ4_XS tg 64-69 -> 52-53 tok/s, 4 groups
+// without prefetch 33-36).
+template <class Kind>
 void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+  if (Kind::kElems == 32 && b1 - b0 == 1 && x86::g_stream_prefetch.groups > 1)
+    return run_decode_groups<Kind>(a, act, b0, size_t(x86::g_stream_prefetch.groups));
   const size_t gbytes = packed::group_bytes(a.w_type, a.k);
   const size_t act_stride = packed::act_row_bytes(packed::act_format(a.w_type), a.k);
   const auto* act_bytes = static_cast<const uint8_t*>(act);
@@ -68,15 +150,15 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
     const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * gbytes;
     size_t b = b0;
     for (; b + kTileRows <= b1; b += kTileRows)
-      Tile::template fn<kTileRows>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
+      group_tile<Kind, kTileRows>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
     for (; b + 4 <= b1; b += 4)
-      Tile::template fn<4>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
+      group_tile<Kind, 4>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
     // Two rows: the server's decode of two sequences. Two single-row passes made a step
     // 1.39x as long as one sequence's (1.1B Q4_0, 2 threads); this tile 1.14x.
     for (; b + 2 <= b1; b += 2)
-      Tile::template fn<2>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
+      group_tile<Kind, 2>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
     for (; b < b1; ++b)
-      Tile::template fn<1>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
+      group_tile<Kind, 1>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
   }
 }
 
