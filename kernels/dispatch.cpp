@@ -99,9 +99,23 @@ x86::StreamPrefetch stream_prefetch_for_cpu() {
 }
 #endif
 
+#ifdef KILN_HAVE_X86
+// Chosen before main (no thread can be reading it yet); a bad KILN_PREFETCH is kept and
+// thrown by the first ops(), where errors are reported.
+std::string g_prefetch_error;
+x86::StreamPrefetch initial_stream_prefetch() {
+  try {
+    return stream_prefetch_for_cpu();
+  } catch (const Error& e) {
+    g_prefetch_error = e.what();
+    return {1024, 4096};
+  }
+}
+#endif
+
 const Ops& choose() {
 #ifdef KILN_HAVE_X86
-  x86::g_stream_prefetch = stream_prefetch_for_cpu();
+  if (!g_prefetch_error.empty()) throw Error(g_prefetch_error);
 #endif
   const char* forced = std::getenv("KILN_ISA");
   if (forced && *forced) {
@@ -120,7 +134,7 @@ const Ops& choose() {
 }  // namespace
 
 #ifdef KILN_HAVE_X86
-x86::StreamPrefetch x86::g_stream_prefetch{1024, 4096};
+x86::StreamPrefetch x86::g_stream_prefetch = initial_stream_prefetch();
 #endif
 
 const char* isa_name(Isa isa) {

@@ -41,8 +41,7 @@ static inline void prefetch_ahead(const uint8_t* p, size_t bytes, const uint8_t*
 // EPYC (Zen 5) VM the same two prefetches cost a plain read loop a fifth of its bandwidth
 // (2 threads, 1 GiB: 52-58 GB/s without, 42 with) and 1.1B Q4_0 decode 67.5 -> 73.4 tok/s;
 // its hardware prefetchers keep up alone (a single stream; see `groups`). 0 turns a
-// distance off. Set once when the kernel table is chosen, before any kernel runs; until
-// then (tests calling a table directly) the Intel distances.
+// distance off. Set before main (kernels/dispatch.cpp); tests may set it between calls.
 // groups > 1: the AVX-512 packed decode reads that many 16-row groups at once, record by
 // record, each record's lines asked into L1 group_ahead bytes ahead (avx512/packed_tiles.h).
 struct StreamPrefetch {
