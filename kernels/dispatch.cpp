@@ -76,8 +76,10 @@ bool amd_cpu() {
 // most (1.1B Q4_0 tg 69.3 -> 77.1 tok/s against one group without prefetch; 8 groups or
 // 1 or 3-4 KiB ahead no better). KILN_PREFETCH=NEAR,FAR[,GROUPS,AHEAD] (bytes, 0 = off;
 // GROUPS 1 to 4) overrides them, to tune another machine.
+constexpr x86::StreamPrefetch kIntelStreams{1024, 4096};
+
 x86::StreamPrefetch stream_prefetch_for_cpu() {
-  x86::StreamPrefetch d{1024, 4096};
+  x86::StreamPrefetch d = kIntelStreams;
   if (amd_cpu()) d = {0, 0, 4, 2048};
   const char* env = std::getenv("KILN_PREFETCH");
   if (!env || !*env) return d;
@@ -97,9 +99,7 @@ x86::StreamPrefetch stream_prefetch_for_cpu() {
   if ((n != 1 && n != 3) || v[2] < 1 || v[2] > 4) throw bad();
   return {v[0], v[1], int(v[2]), v[3]};
 }
-#endif
 
-#ifdef KILN_HAVE_X86
 // Chosen before main (no thread can be reading it yet); a bad KILN_PREFETCH is kept and
 // thrown by the first ops(), where errors are reported.
 std::string g_prefetch_error;
@@ -108,7 +108,7 @@ x86::StreamPrefetch initial_stream_prefetch() {
     return stream_prefetch_for_cpu();
   } catch (const Error& e) {
     g_prefetch_error = e.what();
-    return {1024, 4096};
+    return kIntelStreams;
   }
 }
 #endif

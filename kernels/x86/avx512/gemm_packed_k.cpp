@@ -18,16 +18,16 @@ namespace {
 // pair's 8 nibble vectors are then followed by 16 mask words: 640 bytes a pair).
 template <TensorType T>
 struct Q4KKind : RecordKind<256, record_bytes(T)> {
-  using typename RecordKind<256, record_bytes(T)>::Act;
+  using Base = RecordKind<256, record_bytes(T)>;
+  using typename Base::Act, typename Base::Consts;
+  using Base::kBytes;
   static constexpr bool kFifthBit = T == TensorType::Q5_K;
-  static constexpr size_t kBytes = record_bytes(T), kPairBytes = kFifthBit ? 640 : 512;
-  struct Consts {
-    __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
-  };
+  static constexpr size_t kPairBytes = kFifthBit ? 640 : 512;
 
   template <int RB>
-  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts& c, const Act* xr, size_t sb,
+  __attribute__((always_inline)) static void step(const uint8_t* rec, const Consts&, const Act* xr, size_t sb,
                                                   __m512* acc) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
     const uint8_t *sc = rec + 64, *mpair = rec + 192, *qs = rec + 320;
     __m512i sumi[RB];
 #pragma GCC unroll 16
@@ -37,8 +37,8 @@ struct Q4KKind : RecordKind<256, record_bytes(T)> {
       x86::prefetch_record_step<kBytes, RB>(rec, half);
       __m512i w[8];
       for (int v = 0; v < 8; ++v) {
-        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), c.low4);
-        if constexpr (kFifthBit) w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], c.sixteen);
+        w[v] = _mm512_and_si512(half % 2 ? _mm512_srli_epi16(load(pv + 64 * v), 4) : load(pv + 64 * v), low4);
+        if constexpr (kFifthBit) w[v] = _mm512_mask_add_epi8(w[v], mask_at(qh + 8 * v), w[v], sixteen);
       }
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * half)));
 #pragma GCC unroll 16
