@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "decode_streams.h"
 #include "kernels/quant.h"
 #include "test_util.h"
@@ -78,9 +79,11 @@ inline Expected expected(const float* w, const float* x, size_t k, size_t act_bl
 }
 
 TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
-  const Case cases[] = {{TensorType::Q8_0, {32, 96, 352}}, {TensorType::Q4_0, {32, 96, 352}},
+  // k = 2112 and 2304: the 69-row batch is more than one chunk of the AVX-512 tiles
+  // (packed::batch_chunk_rows: 48 and 40 rows), so chunks end inside it.
+  const Case cases[] = {{TensorType::Q8_0, {32, 96, 352}}, {TensorType::Q4_0, {32, 96, 352, 2112}},
                         {TensorType::Q4_1, {32, 160}},     {TensorType::Q5_0, {32, 160}},
-                        {TensorType::Q5_1, {32, 160}},     {TensorType::Q4_K, {256, 768}},
+                        {TensorType::Q5_1, {32, 160}},     {TensorType::Q4_K, {256, 768, 2304}},
                         {TensorType::Q6_K, {256, 768}},    {TensorType::Q5_K, {256, 768}},
                         {TensorType::Q3_K, {256, 768}},    {TensorType::Q2_K, {256, 768}}};
   std::mt19937 rng(21);
@@ -172,6 +175,8 @@ TEST(PackedGemm, MatchesFloat64AndIsDeterministic) {
       }
     }
   }
+  for (const auto& [type, k] : {std::pair{TensorType::Q4_0, size_t{2112}}, std::pair{TensorType::Q4_K, size_t{2304}}})
+    EXPECT_LT(packed::batch_chunk_rows(packed::act_row_bytes(packed::act_format(type), k), 8), size_t{69});
   // This machine's AVX-512 table packs all ten types (a silent "nothing packed" would
   // skip every check above).
   if (ops_for(Isa::avx512)) {

@@ -132,18 +132,11 @@ void run_decode_groups(const GemmArgs& a, const void* act, size_t b, size_t ng) 
   }
 }
 
-// Every group overlapping [r0, r1) runs whole, storing only the lanes inside it. Decode
-// runs several groups at once only for records of 32 values (Q4_0, Q8_0, IQ4_NL...):
-// the 256-value records of the K-quants and IQ4_XS (2 KiB and more a record) lost with
-// it on the machine that asked for it (1.1B IQ4_XS tg 64-69 -> 52-53 tok/s, 4 groups
-// without prefetch 33-36).
+// Every group overlapping [r0, r1) against activation rows [b0, b1), storing only the
+// group's lanes inside [r0, r1).
 template <class Kind>
-void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
-  if (Kind::kElems == 32 && b1 - b0 == 1 && x86::g_stream_prefetch.groups > 1)
-    return run_decode_groups<Kind>(a, act, b0, size_t(x86::g_stream_prefetch.groups));
+void run_batch_chunk(const GemmArgs& a, const uint8_t* act_bytes, size_t act_stride, size_t b0, size_t b1) {
   const size_t gbytes = packed::group_bytes(a.w_type, a.k);
-  const size_t act_stride = packed::act_row_bytes(packed::act_format(a.w_type), a.k);
-  const auto* act_bytes = static_cast<const uint8_t*>(act);
   for (size_t g = a.r0 / packed::kGroupRows; g * packed::kGroupRows < a.r1; ++g) {
     const size_t row0 = g * packed::kGroupRows;
     const __mmask16 lanes = group_lanes(row0, a.r0, a.r1);
@@ -160,6 +153,22 @@ void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
     for (; b < b1; ++b)
       group_tile<Kind, 1>(group, a.k, act_bytes + (b - b0) * act_stride, a.y + b * a.ldy + row0, a.ldy, lanes);
   }
+}
+
+// The batch in chunks that stay in L2 (packed::batch_chunk_rows). Decode runs several
+// groups at once only for records of 32 values (Q4_0, Q8_0, IQ4_NL...): the 256-value
+// records of the K-quants and IQ4_XS (2 KiB and more a record) lost with it on the
+// machine that asked for it (1.1B IQ4_XS tg 64-69 -> 52-53 tok/s, 4 groups without
+// prefetch 33-36).
+template <class Kind>
+void run_groups(const GemmArgs& a, const void* act, size_t b0, size_t b1) {
+  if (Kind::kElems == 32 && b1 - b0 == 1 && x86::g_stream_prefetch.groups > 1)
+    return run_decode_groups<Kind>(a, act, b0, size_t(x86::g_stream_prefetch.groups));
+  const size_t act_stride = packed::act_row_bytes(packed::act_format(a.w_type), a.k);
+  const size_t chunk = packed::batch_chunk_rows(act_stride, kTileRows);
+  for (size_t c0 = b0; c0 < b1; c0 += chunk)
+    run_batch_chunk<Kind>(a, static_cast<const uint8_t*>(act) + (c0 - b0) * act_stride, act_stride, c0,
+                          c0 + chunk < b1 ? c0 + chunk : b1);
 }
 
 }  // namespace
