@@ -6,9 +6,10 @@
 #     ended. For long runs by hand; findings are fixed and added to regressions/.
 #   tests/fuzz/run.sh --fixed [TARGET...]
 #     what CI runs: first every input of regressions/<target>/ is replayed, then the target
-#     runs a fixed number of inputs (kFixedRuns below, ~30 s each on 2 cores) with a fixed
-#     seed from the seeds alone (a fresh corpus), so a given commit always passes or always
+#     runs a fixed number of inputs (kFixedRuns below, ~30-60 s each) with a fixed seed
+#     from the seeds alone (a fresh corpus), so a given commit always passes or always
 #     fails: a random exploration cannot fail a change for a bug it never touched.
+#   Either way the targets run side by side, one per core.
 #   targets: gguf tokenizer tokenizer_json chat_template session_file cli llama2c server_request
 # Builds build-fuzz/ (clang, ASan + UBSan, -DKILN_FUZZ=ON) when needed, seeds each target
 # from real files in ../shared (and the generated malformed GGUFs).
@@ -169,11 +170,9 @@ EOF
   mv "$d.part" "$d"
 }
 
-status=0
-summary=()
-for t in "${targets[@]}"; do
-  make_seeds "$t"
-  corpus="$build/corpus/$t"
+# One target's run; its summary line goes to $build/summary-TARGET. Returns 1 if it failed.
+fuzz_target() {
+  local t=$1 status=0 corpus="$build/corpus/$1" artifacts max_len log limit no_aslr t0 execs last cov ft
   artifacts="$build/artifacts/$t"
   max_len=65536
   [ "$t" = cli ] && max_len=1024
@@ -186,7 +185,7 @@ for t in "${targets[@]}"; do
       status=1
       tail -40 "$build/replay-$t.log" >&2
       echo "fuzz: $t: a regression input fails again (log: $build/replay-$t.log)" >&2
-      continue
+      return 1
     fi
     corpus="$build/fixed-corpus/$t"
     rm -rf "$corpus"
@@ -218,8 +217,25 @@ for t in "${targets[@]}"; do
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
   cov=$(echo "$last" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*' || true)
   ft=$(echo "$last" | grep -o 'ft: [0-9]*' | grep -o '[0-9]*' || true)
-  summary+=("$(printf '%-14s %6ss  execs %-10s cov %-6s ft %-6s corpus %s' "$t" "$((SECONDS - t0))" "${execs:-?}" "${cov:-?}" \
-    "${ft:-?}" "$(find "$corpus" -type f | wc -l)")")
+  printf '%-14s %6ss  execs %-10s cov %-6s ft %-6s corpus %s\n' "$t" "$((SECONDS - t0))" "${execs:-?}" "${cov:-?}" \
+    "${ft:-?}" "$(find "$corpus" -type f | wc -l)" >"$build/summary-$t"
+  return $status
+}
+
+for t in "${targets[@]}"; do make_seeds "$t"; done
+# The targets run side by side, as many at once as there are cores: each is a process of
+# its own with its own seed, inputs and directories, so a neighbour changes nothing in its
+# run (CI: 8 targets in ~200 s instead of ~370 s one after the other).
+status=0
+pids=()
+for t in "${targets[@]}"; do
+  rm -f "$build/summary-$t"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+  fuzz_target "$t" &
+  pids+=($!)
 done
-printf 'fuzz: %s\n' "${summary[@]}" >&2
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+for t in "${targets[@]}"; do
+  [ -f "$build/summary-$t" ] && printf 'fuzz: %s\n' "$(cat "$build/summary-$t")" >&2
+done
 exit $status
