@@ -142,7 +142,7 @@ constexpr size_t act_row_bytes(ActFormat f, size_t k) {
 // Batch rows one pass over a task's weight groups multiplies (a multiple of the tile's
 // rows): ~128 KiB of prepared activations, which stay in L2 while every group meets them.
 // A pass over the whole batch re-read all of it from L3 for each 16-row group (pp512:
-// 1.3 MB at k = 2048); 1.1B Q4_0 pp512 402 -> 432 tok/s on a Zen 5 (bench/RESULTS.md).
+// 1.3 MB at k = 2048); 1.1B pp512 +3-6% on a Zen 5 (Q4_0 390 -> 405-415, bench/RESULTS.md).
 // The AVX-512 tiles chunk; the AVX2 ones (two passes over a group per tile, half the
 // arithmetic per byte) lost 2-4% with it and do not.
 inline constexpr size_t kBatchChunkBytes = 128 << 10;
