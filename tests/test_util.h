@@ -21,6 +21,20 @@ inline constexpr bool kSanitized = false;
 inline constexpr bool kSanitized = false;
 #endif
 
+// Built with TSan: a test whose paths differ only in thread count may run just its
+// threaded ones there (on one thread there is nothing for TSan to find).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitized = true;
+#else
+inline constexpr bool kThreadSanitized = false;
+#endif
+#else
+inline constexpr bool kThreadSanitized = false;
+#endif
+
 std::string shared_dir();                  // absolute path of ../shared
 std::string shared_path(const std::string& rel);  // shared_dir() + "/" + rel
 std::string kiln_binary();                 // the built kiln executable
