@@ -7,32 +7,26 @@
 
 namespace kiln::test {
 
-// Built with ASan or TSan (scripts/sanitize): the address space is reserved by the
-// sanitizer, and instrumented loads make timings meaningless.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitized = true;
+#ifdef __has_feature
+#define KILN_TEST_HAS_FEATURE(x) __has_feature(x)
 #else
-inline constexpr bool kSanitized = false;
+#define KILN_TEST_HAS_FEATURE(x) 0
 #endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
-
 // Built with TSan: a test whose paths differ only in thread count may run just its
 // threaded ones there (on one thread there is nothing for TSan to find).
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitized = true;
+inline constexpr bool kThreadSanitized =
+#if defined(__SANITIZE_THREAD__) || KILN_TEST_HAS_FEATURE(thread_sanitizer)
+    true;
 #else
-inline constexpr bool kThreadSanitized = false;
+    false;
 #endif
+// Built with ASan or TSan (scripts/sanitize): the address space is reserved by the
+// sanitizer, and instrumented loads make timings meaningless.
+inline constexpr bool kSanitized = kThreadSanitized ||
+#if defined(__SANITIZE_ADDRESS__) || KILN_TEST_HAS_FEATURE(address_sanitizer)
+                                   true;
 #else
-inline constexpr bool kThreadSanitized = false;
+                                   false;
 #endif
 
 std::string shared_dir();                  // absolute path of ../shared
