@@ -65,13 +65,12 @@ static inline void prefetch_stream(const uint8_t* rec, int part = 0) {
   }
 }
 
-// The lines of the kBytes record at rec, `ahead` bytes further on, into L1 (0: none).
+// The lines that start within the kBytes at p, into L1.
 template <size_t kBytes>
-static inline void prefetch_lines(const uint8_t* rec, size_t ahead) {
-  if (ahead == 0) return;
-  const uintptr_t at = reinterpret_cast<uintptr_t>(rec);
+static inline void prefetch_record(const uint8_t* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   for (uintptr_t line = (at + 63) & ~uintptr_t(63); line < at + kBytes; line += 64)
-    __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line + ahead)));
+    __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(line)));
 }
 
 // Prefill tiles of the packed K-quants and IQ4_XS (several activation rows) read records
