@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "kernels/x86/avx512bf16/gemm_bf16.h"
 #include "kernels/x86/prefetch.h"
 #endif
 
@@ -27,6 +28,7 @@ struct CpuFeatures {
   bool avx2 = false;     // AVX2 + FMA + F16C, YMM state enabled by the OS
   bool avxvnni = false;  // + AVX-VNNI (CPUID 7.1 EAX bit 4; VEX-encoded, YMM state only)
   bool avx512 = false;   // F/BW/VL/DQ/VNNI, ZMM + opmask state enabled by the OS
+  bool avx512bf16 = false;  // + AVX512-BF16 (CPUID 7.1 EAX bit 5)
 };
 
 // cpuid + xgetbv rather than trusting the CPU alone: a kernel or hypervisor may leave
@@ -52,6 +54,10 @@ CpuFeatures detect() {
     f.avxvnni = f.avx2 && (a & (1u << 4));
   }
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  if (max_subleaf >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx512bf16 = f.avx512 && (a & (1u << 5));
+  }
   return f;
 }
 
@@ -135,6 +141,12 @@ const Ops& choose() {
 
 #ifdef KILN_HAVE_X86
 x86::StreamPrefetch x86::g_stream_prefetch = initial_stream_prefetch();
+#endif
+#ifdef KILN_HAVE_AVX512BF16
+bool avx512bf16::g_enabled = [] {
+  const char* env = std::getenv("KILN_BF16_DOT");
+  return features().avx512bf16 && !(env && std::string(env) == "0");
+}();
 #endif
 
 const char* isa_name(Isa isa) {

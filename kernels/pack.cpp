@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/packed.h"
 #include "kernels/quant.h"
 #include "kernels/quant_iq.h"
@@ -296,6 +297,21 @@ void pack_float_rows(const void* src, size_t src_row_bytes, size_t rows, size_t 
   }
 }
 
+// BF16 records: pairs of columns, row r's elements 2j and 2j + 1 side by side at slot r of
+// record j, subnormals as signed zeros (the dot product reads them so; kernels/bf16_dot.h).
+void pack_bf16_pair_rows(const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1, void* dst) {
+  const size_t gbytes = k * G * 2;
+  for (size_t g0 = r0; g0 < r1; g0 += G) {
+    uint16_t* group = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(dst) + g0 / G * gbytes);
+    const size_t n = g0 + G <= rows ? G : rows - g0;
+    for (size_t r = 0; r < G; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + (g0 + r) * src_row_bytes);
+      for (size_t j = 0; j < k / 2; ++j)
+        for (size_t e = 0; e < 2; ++e) group[j * 2 * G + 2 * r + e] = r < n ? bf16_dot::flush_subnormal(row[2 * j + e]) : 0;
+    }
+  }
+}
+
 void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1,
                void* dst) {
   if (!record_bytes(t)) throw Error(std::string("no packed layout for ") + type_name(t));
@@ -304,6 +320,7 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
   r1 = r1 < rows ? r1 : rows;
   if (is_float_type(t)) {
     if (t == TensorType::F32) return pack_float_rows<uint32_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+    if (t == TensorType::BF16) return pack_bf16_pair_rows(src, src_row_bytes, rows, k, r0, r1, dst);
     return pack_float_rows<uint16_t>(src, src_row_bytes, rows, k, r0, r1, dst);
   }
   for (size_t g0 = r0; g0 < r1; g0 += G) {

@@ -49,10 +49,13 @@
 //   IQ4_XS: d[16] fp16 | sc[8][16] i8 (the 6-bit scale - 32 of sub-block b at 16b + r) |
 //           8 sub-blocks x 4 vectors: vector v of sub-block b, lane r byte i = the file's
 //           qs[16b + 4v + i] (elements 32b + 4v + i low, + 16 high)  32 + 128 + 2048 = 2208
-// Float weights (F32, F16, BF16; kernels/x86/gemm_float_packed.h): one record per
-// element of k, the 16 rows' values of that column in the file's type (16 x 4 or 16 x 2
-// bytes). A gemm multiplies a record by one broadcast activation into 16 outputs: every
-// output is one FMA chain over k in order, and no horizontal sums remain.
+// Float weights (F32, F16, BF16; kernels/x86/gemm_float_packed.h): F32 and F16 one
+// record per element of k, the 16 rows' values of that column in the file's type (16 x 4
+// or 16 x 2 bytes). A gemm multiplies a record by one broadcast activation into 16
+// outputs: every output is one FMA chain over k in order, and no horizontal sums remain.
+// BF16 one record per pair of elements 2j, 2j + 1: row r's two values at slot r (16 x 2 x
+// 2 bytes; subnormals stored as zero), what one vdpbf16ps multiplies by a broadcast pair
+// of bf16 activations (kernels/bf16_dot.h).
 // Each record is read front to back: extra bits sit next to the values they complete
 // (Q3_K decode from DRAM: 7 GB/s with its high bits at the record's end, 12-18 so).
 // Bytes per row and 256 elements against the file's: Q4_K 148/144, Q5_K 180/176 (the
@@ -83,7 +86,8 @@ constexpr size_t record_bytes(TensorType t) {
     case TensorType::IQ4_NL: return 288;
     case TensorType::IQ4_XS: return 2208;
     case TensorType::F32: return 16 * 4;
-    case TensorType::F16: case TensorType::BF16: return 16 * 2;
+    case TensorType::F16: return 16 * 2;
+    case TensorType::BF16: return 16 * 2 * 2;
     default: return 0;
   }
 }
@@ -91,7 +95,8 @@ constexpr size_t record_elements(TensorType t) {
   switch (t) {
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
     case TensorType::Q6_K: case TensorType::IQ4_XS: return 256;
-    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 1;
+    case TensorType::F32: case TensorType::F16: return 1;
+    case TensorType::BF16: return 2;
     default: return 32;
   }
 }
@@ -123,7 +128,11 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
 // plus 1e-5 * sum |w_i x_i| for the float arithmetic. On smooth activations that is
 // ~0.3% of sum |w_i x_i| for 32-blocks; an outlier widens its block's steps (why ggml and
 // kiln keep blocks small).
-enum class ActFormat { none, q8_32, q8_256 };
+// BF16 weights (kernels/bf16_dot.h): the row rounded to bf16 (nearest even, subnormals
+// flushed to zero), as k bf16 for the tables that multiply with vdpbf16ps and as the k
+// floats they stand for elsewhere (Vec::bf16_dot_instruction()).
+//   uint16 x[k] | unused, or  float x[k]
+enum class ActFormat { none, q8_32, q8_256, bf16 };
 
 constexpr ActFormat act_format(TensorType w) {
   switch (w) {
@@ -131,12 +140,18 @@ constexpr ActFormat act_format(TensorType w) {
     case TensorType::Q5_1: case TensorType::IQ4_NL: return ActFormat::q8_32;
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
     case TensorType::Q6_K: case TensorType::IQ4_XS: return ActFormat::q8_256;
+    case TensorType::BF16: return ActFormat::bf16;
     default: return ActFormat::none;
   }
 }
 constexpr size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
 constexpr size_t act_row_bytes(ActFormat f, size_t k) {
-  return f == ActFormat::q8_32 ? align64(k + k / 32 * 8) : f == ActFormat::q8_256 ? align64(k + k / 256 * 4 + k / 16 * 2 + k / 32 * 2) : 0;
+  switch (f) {
+    case ActFormat::q8_32: return align64(k + k / 32 * 8);
+    case ActFormat::q8_256: return align64(k + k / 256 * 4 + k / 16 * 2 + k / 32 * 2);
+    case ActFormat::bf16: return align64(k * 4);
+    default: return 0;
+  }
 }
 
 // Batch rows one pass over a task's weight groups multiplies (a multiple of the tile's

@@ -11,8 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/kernels.h"
 #include "kiln/tensor_type.h"
+#ifdef KILN_HAVE_AVX512BF16
+#include "kernels/x86/avx512bf16/gemm_bf16.h"
+#endif
 
 namespace kiln::kernels {
 namespace {
@@ -73,14 +77,20 @@ TEST(PackedFloatGemm, MatchesFloat64TheFileLayoutAndTheBatchContract) {
           std::vector<float> y(n_batch * rows, NAN), file_y(n_batch * rows, NAN);
           o.gemm({t, p.at(), row_bytes, x.data(), k, y.data(), rows, k, n_batch, 0, rows, true});
           o.gemm({t, file.data(), row_bytes, x.data(), k, file_y.data(), rows, k, n_batch, 0, rows});
+          // Packed BF16 reads the activations rounded to bf16 (kernels/bf16_dot.h).
+          std::vector<float> x_read = x;
+          if (t == TensorType::BF16)
+            for (float& v : x_read) v = bf16_to_f32(f32_to_bf16(v));
           for (size_t b = 0; b < n_batch; ++b)
             for (size_t r = 0; r < rows; ++r) {
-              double want = 0, magnitude = 0;
-              for (size_t i = 0; i < k; ++i)
+              double want = 0, want_read = 0, magnitude = 0;
+              for (size_t i = 0; i < k; ++i) {
                 want += double(w[r * k + i]) * x[b * k + i], magnitude += std::fabs(double(w[r * k + i]) * x[b * k + i]);
+                want_read += double(w[r * k + i]) * x_read[b * k + i];
+              }
               // One f32 FMA chain over k: each step rounds once.
               const double bound = 1.2e-7 * double(k) * magnitude + 1e-30;
-              ASSERT_NEAR(y[b * rows + r], want, bound) << "b=" << b << " r=" << r;
+              ASSERT_NEAR(y[b * rows + r], want_read, bound) << "b=" << b << " r=" << r;
               ASSERT_NEAR(file_y[b * rows + r], want, bound) << "b=" << b << " r=" << r;
             }
           // Each activation row alone (decode), small batches, and row ranges split at a
@@ -111,6 +121,107 @@ TEST(PackedFloatGemm, MatchesFloat64TheFileLayoutAndTheBatchContract) {
   }
 }
 
+
+// Packed BF16 on every table that packs it, with vdpbf16ps where this CPU has it and with
+// two FMAs a pair otherwise, gives bf16_dot::reference_gemm's bits: subnormal weights and
+// activations read as zero, the odd element of each pair before the even one, batch rows
+// prepared or converted by the gemm itself.
+TEST(PackedBf16Gemm, SameBitsAsTheReferenceWithAndWithoutTheDotInstruction) {
+  std::mt19937 rng(53);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // Mostly model-like values, some zeros and subnormals (no product or partial sum falls
+  // below 2^-126, where the FMA pairs may differ: DotInstructionReadsBitsAsTheReference).
+  const auto value = [&](int i) {
+    switch (i % 29) {
+      case 3: return 0.0f;
+      case 7: return -1e-39f;
+      case 11: return 3e-39f;
+      default: return dist(rng);
+    }
+  };
+  std::vector<bool> dot_modes{false};
+#ifdef KILN_HAVE_AVX512BF16
+  const bool instruction = avx512bf16::g_enabled;
+  if (instruction) dot_modes.push_back(true);
+#endif
+  int checked = 0;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{70}}) {
+      for (size_t k : {size_t{2}, size_t{64}, size_t{300}, size_t{2050}}) {
+        const size_t packed_size = o.packed_bytes(TensorType::BF16, rows, k);
+        if (!packed_size) continue;
+        std::vector<uint16_t> file(rows * k);
+        for (size_t i = 0; i < file.size(); ++i) file[i] = f32_to_bf16(0.05f * value(int(i)));
+        Packed p{std::vector<uint8_t>(packed_size + 64, 0xcd)};
+        pack_weights(TensorType::BF16, file.data(), k * 2, rows, k, 0, rows, p.at());
+        const size_t n_batch = 29, ldy = rows + 3;
+        std::vector<float> x(n_batch * k);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = value(int(i * 7 + 1));
+        std::vector<float> want(n_batch * ldy, NAN);
+        bf16_dot::reference_gemm({TensorType::BF16, p.at(), 0, x.data(), k, want.data(), ldy, k, n_batch, 0, rows, true});
+        for (bool dot : dot_modes) {
+#ifdef KILN_HAVE_AVX512BF16
+          avx512bf16::g_enabled = dot;
+#endif
+          // Prepared as this mode reads them (bf16 for the instruction, floats for FMAs).
+          std::vector<uint8_t> prepared(o.prepared_bytes(TensorType::BF16, k, n_batch) + 64);
+          if (o.prepared_bytes(TensorType::BF16, k, n_batch)) o.prepare(TensorType::BF16, x.data(), k, k, 0, n_batch, prepared.data());
+          SCOPED_TRACE(std::string(isa_name(isa)) + (dot ? " vdpbf16ps" : " FMA pairs") + " rows=" + std::to_string(rows) +
+                       " k=" + std::to_string(k));
+          for (bool use_prepared : {false, true}) {
+            if (use_prepared && !o.prepared_bytes(TensorType::BF16, k, n_batch)) continue;
+            for (size_t nb : {size_t{1}, size_t{3}, n_batch}) {
+              std::vector<float> got(n_batch * ldy, NAN);
+              GemmArgs a{TensorType::BF16, p.at(), 0, x.data(), k, got.data(), ldy, k, nb, 0, rows, true};
+              if (use_prepared) a.x_prepared = prepared.data();
+              o.gemm(a);
+              for (size_t b = 0; b < nb; ++b)
+                for (size_t r = 0; r < rows; ++r)
+                  ASSERT_EQ(std::bit_cast<uint32_t>(got[b * ldy + r]), std::bit_cast<uint32_t>(want[b * ldy + r]))
+                      << "nb=" << nb << " b=" << b << " r=" << r << " prepared=" << use_prepared;
+              ++checked;
+            }
+          }
+        }
+#ifdef KILN_HAVE_AVX512BF16
+        avx512bf16::g_enabled = instruction;
+#endif
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+#ifdef KILN_HAVE_AVX512BF16
+// The reference against the instruction it describes, on any bits (NaN and infinity
+// aside): subnormals in and out, products and partial sums near 2^-126, signed zeros.
+TEST(PackedBf16Gemm, DotInstructionReadsBitsAsTheReference) {
+  if (!avx512bf16::g_enabled) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::mt19937 rng(59);
+  const auto finite_bits = [&](int max_exponent) {
+    for (;;) {
+      const uint16_t h = uint16_t(rng());
+      if (((h >> 7) & 0xff) <= max_exponent) return h;
+    }
+  };
+  const size_t rows = 32, k = 64, n_batch = 9;
+  const Ops& o = *ops_for(Isa::avx512);
+  for (int max_exponent : {4, 70, 140}) {  // tiny, small, and around 1
+    std::vector<uint16_t> file(rows * k);
+    for (uint16_t& h : file) h = finite_bits(max_exponent);
+    Packed p{std::vector<uint8_t>(o.packed_bytes(TensorType::BF16, rows, k) + 64)};
+    pack_weights(TensorType::BF16, file.data(), k * 2, rows, k, 0, rows, p.at());
+    std::vector<float> x(n_batch * k);
+    for (float& v : x) v = bf16_to_f32(finite_bits(max_exponent + 1));
+    std::vector<float> want(n_batch * rows), got(n_batch * rows);
+    bf16_dot::reference_gemm({TensorType::BF16, p.at(), 0, x.data(), k, want.data(), rows, k, n_batch, 0, rows, true});
+    o.gemm({TensorType::BF16, p.at(), 0, x.data(), k, got.data(), rows, k, n_batch, 0, rows, true});
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "exponents <= " << max_exponent << " i=" << i;
+  }
+}
+#endif
 
 // Ops::gemm_packed_dots (attention's Q K^T over packed keys) gives, bit for bit, what the
 // same table's gemm gives for the rows in the file layout, whatever the table packs:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/packed.h"
 #include "kernels/quant.h"
 #include "kernels/tables.h"
@@ -71,6 +72,7 @@ void gemm_quant(const GemmArgs& a) {
 
 // One float accumulator per output, k in order: the simplest rounding to reason about.
 void gemm(const GemmArgs& a) {
+  if (a.w_packed) return bf16_dot::reference_gemm(a);  // BF16, the only type this table packs
   if (!is_float_type(a.w_type)) {
     gemm_quant(a);
     return;
@@ -248,8 +250,13 @@ void ssm_update_rows(float* h, const float* B, const float* C, float decay, floa
   for (size_t i = 0; i < rows; ++i) y[i] = ssm_update(h + i * n, B, C, decay, x[i] * dt, n);
 }
 
-// Weights stay in the file layout and gemm takes float activations.
-size_t no_packing(TensorType, size_t, size_t) { return 0; }
+// Weights stay in the file layout and gemm takes float activations, except BF16: packed
+// in pairs and read by kernels/bf16_dot.h's reference, so that BF16 weights give the same
+// bits on every table.
+size_t bf16_packing(TensorType t, size_t rows, size_t k) {
+  return t == TensorType::BF16 && k % 2 == 0 ? packed::tensor_bytes(t, rows, k) : 0;
+}
+size_t no_preparing(TensorType, size_t, size_t) { return 0; }
 void no_prepare(TensorType, const float*, size_t, size_t, size_t, size_t, void*) {}
 
 const Ops kScalarOps = {
@@ -270,8 +277,8 @@ const Ops kScalarOps = {
     .f32_to_bf16 = f32_to_bf16_n,
     .layernorm = layernorm,
     .gelu = gelu,
-    .packed_bytes = no_packing,
-    .prepared_bytes = no_packing,
+    .packed_bytes = bf16_packing,
+    .prepared_bytes = no_preparing,
     .prepare = no_prepare,
     .gemm_packed_dots = gemm_packed_dots,
     .exp_sum = exp_sum,

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16_dot.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/x86/vec_traits.h"
@@ -56,6 +57,25 @@ struct PackedActivations {
         V::quantize_q8_32(x + b * ldx, k / 32, q, d, reinterpret_cast<int32_t*>(d + k / 32));
       }
       else if (f == packed::ActFormat::q8_256) V::prepare_q8_256(x + b * ldx, k, row);
+      else if (f == packed::ActFormat::bf16) to_bf16_activations(x + b * ldx, k, row);
+    }
+  }
+
+  // As bf16_dot::activation, kLanes at a time: bf16 for the dot instruction, else the
+  // floats they stand for (FMA pairs then broadcast them without unpacking).
+  static void to_bf16_activations(const float* x, size_t k, void* out) {
+    alignas(64) uint16_t h[V::kLanes];
+    const bool as_bf16 = V::bf16_dot_instruction();
+    for (size_t i = 0; i < k; i += V::kLanes) {
+      const size_t n = k - i < V::kLanes ? k - i : V::kLanes;
+      V::store_h(h, V::to_bf16(n == V::kLanes ? V::load(x + i) : V::load_tail(x + i, n)));
+      for (size_t j = 0; j < V::kLanes; ++j) h[j] = bf16_dot::flush_subnormal(h[j]);
+      if (as_bf16) {
+        __builtin_memcpy(static_cast<uint16_t*>(out) + i, h, n * 2);
+      } else {
+        float* f = static_cast<float*>(out) + i;
+        n == V::kLanes ? V::store(f, V::from_bf16(V::load_h(h))) : V::store_tail(f, V::from_bf16(V::load_h(h)), n);
+      }
     }
   }
 

@@ -24,6 +24,10 @@
 //   from_fp16, to_fp16, from_bf16, to_bf16    conversions (fp16 and bf16 round to nearest even;
 //                                             bf16 keeps NaN payloads, quieted)
 //   load_i, set1_i8, shl16<N>, shr16<N>       integer vectors; shifts of 16-bit lanes
+//   set1_i32, bf16_even(i), bf16_odd(i)       a 32-bit lane everywhere; the low and high bf16
+//                                             of each 32-bit lane as floats
+//   bf16_dot_instruction()  whether packed BF16 weights are multiplied by vdpbf16ps now (then
+//                           their activations are prepared as bf16, else as floats)
 //   quantize_q8_32(x, n_blocks, q, d, s)      blocks of 32 as ggml's Q8_0 activations: d the fp16
 //                                             rounded amax / 127, q = x / d rounded half away
 //                                             from zero, s = sum(q)
@@ -68,6 +72,10 @@ concept VectorTraits = requires(typename V::F f, typename V::H h, typename V::I 
   { V::set1_i8(1) } -> std::same_as<typename V::I>;
   { V::template shl16<2>(i) } -> std::same_as<typename V::I>;
   { V::template shr16<2>(i) } -> std::same_as<typename V::I>;
+  { V::set1_i32(1u) } -> std::same_as<typename V::I>;
+  { V::bf16_even(i) } -> std::same_as<typename V::F>;
+  { V::bf16_odd(i) } -> std::same_as<typename V::F>;
+  { V::bf16_dot_instruction() } -> std::same_as<bool>;
   V::quantize_q8_32(cp, n, q, p, s);
   V::prepare_q8_256(cp, n, static_cast<void*>(q));
 };

@@ -29,6 +29,11 @@ struct Vec {
   static I shl16(I v) { return _mm256_slli_epi16(v, N); }
   template <int N>
   static I shr16(I v) { return _mm256_srli_epi16(v, N); }
+  static I set1_i32(uint32_t v) { return _mm256_set1_epi32(int(v)); }
+  static bool bf16_dot_instruction() { return false; }
+  // The even (low) and odd (high) bf16 of each 32-bit lane, as floats.
+  static F bf16_even(I v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static F bf16_odd(I v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u)))); }
 
   static F load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, F v) { _mm256_storeu_ps(p, v); }

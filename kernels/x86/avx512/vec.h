@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/packed.h"
+#include "kernels/x86/avx512bf16/gemm_bf16.h"
 #include "kernels/x86/exp_taylor.h"
 
 namespace kiln::kernels::avx512 {
@@ -36,6 +37,17 @@ struct Vec {
   static I shl16(I v) { return _mm512_slli_epi16(v, N); }
   template <int N>
   static I shr16(I v) { return _mm512_srli_epi16(v, N); }
+  static I set1_i32(uint32_t v) { return _mm512_set1_epi32(int(v)); }
+  static bool bf16_dot_instruction() {
+#ifdef KILN_HAVE_AVX512BF16
+    return avx512bf16::g_enabled;
+#else
+    return false;
+#endif
+  }
+  // The even (low) and odd (high) bf16 of each 32-bit lane, as floats.
+  static F bf16_even(I v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+  static F bf16_odd(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u)))); }
 
   static F load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
