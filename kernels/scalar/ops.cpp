@@ -72,7 +72,7 @@ void gemm_quant(const GemmArgs& a) {
 
 // One float accumulator per output, k in order: the simplest rounding to reason about.
 void gemm(const GemmArgs& a) {
-  if (a.w_packed) return bf16_dot::reference_gemm(a);  // BF16, the only type this table packs
+  if (a.w_packed && a.w_type == TensorType::BF16) return bf16_dot::reference_gemm(a);  // all this table packs
   if (!is_float_type(a.w_type)) {
     gemm_quant(a);
     return;
