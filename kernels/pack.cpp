@@ -274,12 +274,17 @@ void pack_q2_k_record(const void* src, size_t row_bytes, size_t row0, size_t n, 
 
 }  // namespace
 
-// Float records: column-major within a group, row r's element j at record j, slot r;
-// rows past the end of the tensor are zero in its last group. Columns go 64 at a time
-// so that a group's 16 source rows and the records they fill stay in L1.
-template <class Elem>
+// Float records: column-major within a group, row r's element j at record j, slot r (BF16:
+// record j / 2, slot r's pair, subnormals as the signed zeros the dot product reads them
+// as; kernels/bf16_dot.h); rows past the end of the tensor are zero in its last group.
+// Columns go 64 at a time so that a group's 16 source rows and the records they fill stay
+// in L1.
+template <TensorType T>
 void pack_float_rows(const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1, void* dst) {
+  using Elem = std::conditional_t<T == TensorType::F32, uint32_t, uint16_t>;
+  constexpr size_t E = record_elements(T);
   const size_t gbytes = k * G * sizeof(Elem);
+  const auto slot = [](size_t j, size_t r) { return j / E * E * G + E * r + j % E; };
   for (size_t g0 = r0; g0 < r1; g0 += G) {
     Elem* group = reinterpret_cast<Elem*>(static_cast<uint8_t*>(dst) + g0 / G * gbytes);
     const size_t n = g0 + G <= rows ? G : rows - g0;
@@ -287,27 +292,13 @@ void pack_float_rows(const void* src, size_t src_row_bytes, size_t rows, size_t 
       const size_t j1 = j0 + 64 < k ? j0 + 64 : k;
       for (size_t r = 0; r < G; ++r) {
         if (r >= n) {
-          for (size_t j = j0; j < j1; ++j) group[j * G + r] = 0;
+          for (size_t j = j0; j < j1; ++j) group[slot(j, r)] = 0;
           continue;
         }
         const Elem* row = reinterpret_cast<const Elem*>(static_cast<const uint8_t*>(src) + (g0 + r) * src_row_bytes);
-        for (size_t j = j0; j < j1; ++j) group[j * G + r] = row[j];
+        for (size_t j = j0; j < j1; ++j)
+          group[slot(j, r)] = T == TensorType::BF16 ? bf16_dot::flush_subnormal(uint16_t(row[j])) : row[j];
       }
-    }
-  }
-}
-
-// BF16 records: pairs of columns, row r's elements 2j and 2j + 1 side by side at slot r of
-// record j, subnormals as signed zeros (the dot product reads them so; kernels/bf16_dot.h).
-void pack_bf16_pair_rows(const void* src, size_t src_row_bytes, size_t rows, size_t k, size_t r0, size_t r1, void* dst) {
-  const size_t gbytes = k * G * 2;
-  for (size_t g0 = r0; g0 < r1; g0 += G) {
-    uint16_t* group = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(dst) + g0 / G * gbytes);
-    const size_t n = g0 + G <= rows ? G : rows - g0;
-    for (size_t r = 0; r < G; ++r) {
-      const auto* row = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + (g0 + r) * src_row_bytes);
-      for (size_t j = 0; j < k / 2; ++j)
-        for (size_t e = 0; e < 2; ++e) group[j * 2 * G + 2 * r + e] = r < n ? bf16_dot::flush_subnormal(row[2 * j + e]) : 0;
     }
   }
 }
@@ -319,9 +310,9 @@ void pack_rows(TensorType t, const void* src, size_t src_row_bytes, size_t rows,
   const size_t n_records = k / record_elements(t), gbytes = group_bytes(t, k);
   r1 = r1 < rows ? r1 : rows;
   if (is_float_type(t)) {
-    if (t == TensorType::F32) return pack_float_rows<uint32_t>(src, src_row_bytes, rows, k, r0, r1, dst);
-    if (t == TensorType::BF16) return pack_bf16_pair_rows(src, src_row_bytes, rows, k, r0, r1, dst);
-    return pack_float_rows<uint16_t>(src, src_row_bytes, rows, k, r0, r1, dst);
+    if (t == TensorType::F32) return pack_float_rows<TensorType::F32>(src, src_row_bytes, rows, k, r0, r1, dst);
+    if (t == TensorType::BF16) return pack_float_rows<TensorType::BF16>(src, src_row_bytes, rows, k, r0, r1, dst);
+    return pack_float_rows<TensorType::F16>(src, src_row_bytes, rows, k, r0, r1, dst);
   }
   for (size_t g0 = r0; g0 < r1; g0 += G) {
     const size_t n = (g0 + G <= rows ? G : rows - g0);

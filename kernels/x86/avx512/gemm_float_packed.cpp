@@ -12,7 +12,8 @@ namespace kiln::kernels::avx512 {
 
 void gemm_float_packed(const GemmArgs& a) {
 #ifdef KILN_HAVE_AVX512BF16
-  if (a.w_type == TensorType::BF16 && avx512bf16::g_enabled) return avx512bf16::gemm_float_packed(a);
+  // The same test as PackedActivations' choice of bf16 activations for the instruction.
+  if (a.w_type == TensorType::BF16 && Vec::bf16_dot_instruction()) return avx512bf16::gemm_float_packed(a);
 #endif
   x86::PackedFloatGemm<Vec, kPackedFloatShape>::run(a);
 }
