@@ -225,15 +225,16 @@ TEST(PackedBf16Gemm, DotInstructionReadsBitsAsTheReference) {
 
 // Ops::gemm_packed_dots (attention's Q K^T over packed keys) gives, bit for bit, what the
 // same table's gemm gives for the rows in the file layout, whatever the table packs:
-// strided activations and outputs, partial groups, activation rows past a multiple of 8,
-// k under, at and past a vector, row ranges from a group boundary.
+// strided activations and outputs, partial groups, activation rows past a multiple of 4,
+// k under, at and past a vector and the head dimensions it unrolls (64, 128), row ranges
+// from a group boundary, rows in passes of four, two and one vector.
 TEST(GemmPackedDots, SameBitsAsTheFileLayoutGemm) {
   std::mt19937 rng(47);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (Isa isa : available_isas()) {
     const Ops& o = *ops_for(isa);
-    for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{70}}) {
-      for (size_t k : {size_t{1}, size_t{7}, size_t{8}, size_t{64}, size_t{80}, size_t{100}}) {
+    for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{70}, size_t{100}}) {
+      for (size_t k : {size_t{1}, size_t{7}, size_t{8}, size_t{64}, size_t{80}, size_t{100}, size_t{128}}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " rows=" + std::to_string(rows) + " k=" + std::to_string(k));
         std::vector<float> w(rows * k);
         for (float& v : w) v = dist(rng);
