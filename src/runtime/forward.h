@@ -87,6 +87,8 @@ class Forward {
   void table_row(const WeightView& table, size_t r, float* out);
   void norm_rows(const float* in, const WeightView& w, const WeightView& bias, float* out, size_t n, size_t B);
   void add_bias(float* y, const WeightView& bias, size_t n, size_t B);
+  void add_rows(float* y, const float* d, size_t n, size_t B);
+  void rows_in_parallel(size_t B, FunctionRef<void(size_t, size_t)> fn);
   // The mixture-of-experts FFN of layer L on xb's B rows, into xb (forward_moe.cpp).
   void moe_ffn(const LayerWeights& L, size_t B);
   // The Mamba-2 mixer of SSM layer l on xb's B rows, into xb, each span carrying its
