@@ -53,6 +53,11 @@ class Attention {
   void run(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
            const float* sinks = nullptr);
 
+  // Decoding spans (one query each): asks for the lines layer l's new key and value go to,
+  // so that they arrive while the caller runs the layer's Q K V projections. Call after
+  // the spans' positions are appended.
+  void prefetch_step(size_t l, std::span<const QuerySpan> spans) const;
+
   const std::vector<float>& alibi_slopes() const { return alibi_slope_; }  // [n_heads], empty without ALiBi
 
  private:

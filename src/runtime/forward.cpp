@@ -318,6 +318,7 @@ void Forward::run(const int32_t* tokens, std::span<const QuerySpan> spans, size_
     if (c.is_ssm(l)) {
       ssm_mixer(L, l, spans, B);
     } else {
+    attention.prefetch_step(cl, spans);
     matmuls(in, B, {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}});
     prefetch_next({&L.wo});
     add_bias(q.data(), L.bq, q_dim, B);
