@@ -39,8 +39,7 @@ void packed_dots_rows(const GemmArgs& a, const float* const* rec, size_t b, floa
     for (int j = 0; j < RB; ++j)
 #pragma GCC unroll 4
       for (int h = 0; h < NK; ++h) acc[j][h] = F{};
-#pragma GCC unroll 8
-    for (size_t c = 0; c < kw; c += W) {
+    const auto chunk = [&](size_t c) __attribute__((always_inline)) {
       F w[NK];
 #pragma GCC unroll 4
       for (int h = 0; h < NK; ++h) w[h] = V::load(rec[h] + (c + l) * G);
@@ -50,6 +49,15 @@ void packed_dots_rows(const GemmArgs& a, const float* const* rec, size_t b, floa
 #pragma GCC unroll 4
         for (int h = 0; h < NK; ++h) acc[j][h] = V::fmadd(w[h], xb, acc[j][h]);
       }
+    };
+    // A known k unrolls its chunks; an unknown one keeps a loop (unrolled, the 16 copies
+    // of it spilled the accumulators: 44 -> 103 GFLOP/s at k = 100, one thread).
+    if constexpr (K != 0) {
+#pragma GCC unroll 8
+      for (size_t c = 0; c < kw; c += W) chunk(c);
+    } else {
+#pragma GCC unroll 1
+      for (size_t c = 0; c < kw; c += W) chunk(c);
     }
     if (kw < k) {
       const bool in = kw + l < k;
@@ -84,9 +92,9 @@ void packed_dots_rows(const GemmArgs& a, const float* const* rec, size_t b, floa
 }
 
 // RB activation rows at a time against NK records. A head dimension known when compiling
-// (64, 128) lets the chunks unroll, so that the partials' chains interleave: attention's
-// Q K^T at 64 keys x 64 queries, one thread: 107 -> 144 GFLOP/s with NK = 4 (of a 227
-// GFLOP/s FMA peak; Zen 5).
+// (64, 128) lets the chunks unroll, so that the partials' chains interleave. One thread,
+// 64 packed rows x 64 activation rows, against RB = 8 x NK = 1 (Zen 5, FMA peak 227
+// GFLOP/s): k = 64 106 -> 135 GFLOP/s, 128 128 -> 137, 80 119 -> 132, 100 90 -> 120.
 template <VectorTraits V, int NK>
 void packed_dots_records(const GemmArgs& a, const float* const* rec, float* const* y_col, const size_t* n) {
   constexpr size_t RB = 4;
