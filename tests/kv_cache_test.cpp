@@ -125,9 +125,11 @@ TEST_P(KvModes, LogitsStayNearTheF32Reference) {
   }
 }
 
+// Decoding and prefill (the batch's row-wise work, norms to SwiGLU, split over threads).
 TEST_P(KvModes, ThreadCountChangesNothing) {
   const Mode& m = GetParam();
   EXPECT_EQ(logits(params(m.k, m.v, m.fa, 1), true), logits(params(m.k, m.v, m.fa, 2), true));
+  EXPECT_EQ(logits(params(m.k, m.v, m.fa, 1), false), logits(params(m.k, m.v, m.fa, 2), false));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, KvModes, ::testing::ValuesIn(kModes),
