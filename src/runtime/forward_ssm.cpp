@@ -58,8 +58,7 @@ void Forward::ssm_mixer(const LayerWeights& L, size_t l, std::span<const QuerySp
   const auto gate_norm_rows = [&](size_t b0, size_t b1) {
     for (size_t b = b0; b < b1; ++b) ssm::gate_norm(&ssm_y[b * d_inner], &ssm_proj[b * ld], norm_w, d_inner, ng, c.rms_eps);
   };
-  if (pool.size() == 1 || B < 4) gate_norm_rows(0, B);
-  else pool.parallel_for(B, 1, gate_norm_rows);
+  rows_in_parallel(B, gate_norm_rows);
   matmul(L.ssm_out, ssm_y.data(), xb.data(), B);
 }
 
