@@ -180,7 +180,7 @@ void Attention::prefetch(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n)
 // dimension: each token's KV store waited on 256 lines a layer (1.1B, 4 KV heads).
 void Attention::prefetch_step(size_t l, std::span<const QuerySpan> spans) const {
   for (const QuerySpan& sp : spans) {
-    if (sp.n != 1) return;
+    if (sp.n != 1) continue;
     for (size_t kvh = 0; kvh < c_.n_kv_heads; ++kvh) prefetch(l, sp.seq, kvh, sp.pos, 1);
   }
 }
