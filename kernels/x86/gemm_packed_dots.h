@@ -19,8 +19,7 @@
 namespace kiln::kernels::x86 {
 
 // FloatGemm's order per output: partial l (of kLanes) takes elements c * kLanes + l,
-// chunk by chunk, as FMAs from +0; a last partial chunk is zero padded (its missing lanes
-// add fma(0, 0, partial)); then hsum's tree, lane i plus lane i + half for half = kLanes/2
+// chunk by chunk, as FMAs from +0; a last partial chunk is zero padded; then hsum's tree, lane i plus lane i + half for half = kLanes/2
 // down to 1 (both vec.h trees are exactly that). RB activation rows share each record
 // load and NK records (NK x kLanes keys) each activation broadcast: RB x NK chains keep
 // the FMA units busy with one load for every NK multiply-adds.
@@ -39,13 +38,15 @@ void packed_dots_rows(const GemmArgs& a, const float* const* rec, size_t b, floa
     for (int j = 0; j < RB; ++j)
 #pragma GCC unroll 4
       for (int h = 0; h < NK; ++h) acc[j][h] = F{};
-    const auto chunk = [&](size_t c) __attribute__((always_inline)) {
+    // Element c + l of each row; past k (the last, partial chunk) zeros, which add
+    // fma(0, 0, partial).
+    const auto chunk = [&](size_t c, bool in) __attribute__((always_inline)) {
       F w[NK];
 #pragma GCC unroll 4
-      for (int h = 0; h < NK; ++h) w[h] = V::load(rec[h] + (c + l) * G);
+      for (int h = 0; h < NK; ++h) w[h] = in ? V::load(rec[h] + (c + l) * G) : F{};
 #pragma GCC unroll 8
       for (int j = 0; j < RB; ++j) {
-        const F xb = V::set1(x[j * a.ldx + c + l]);
+        const F xb = V::set1(in ? x[j * a.ldx + c + l] : 0.0f);
 #pragma GCC unroll 4
         for (int h = 0; h < NK; ++h) acc[j][h] = V::fmadd(w[h], xb, acc[j][h]);
       }
@@ -54,23 +55,12 @@ void packed_dots_rows(const GemmArgs& a, const float* const* rec, size_t b, floa
     // of it spilled the accumulators: 44 -> 103 GFLOP/s at k = 100, one thread).
     if constexpr (K != 0) {
 #pragma GCC unroll 8
-      for (size_t c = 0; c < kw; c += W) chunk(c);
+      for (size_t c = 0; c < kw; c += W) chunk(c, true);
     } else {
 #pragma GCC unroll 1
-      for (size_t c = 0; c < kw; c += W) chunk(c);
+      for (size_t c = 0; c < kw; c += W) chunk(c, true);
     }
-    if (kw < k) {
-      const bool in = kw + l < k;
-      F w[NK];
-#pragma GCC unroll 4
-      for (int h = 0; h < NK; ++h) w[h] = in ? V::load(rec[h] + (kw + l) * G) : F{};
-#pragma GCC unroll 8
-      for (int j = 0; j < RB; ++j) {
-        const F xb = V::set1(in ? x[j * a.ldx + kw + l] : 0.0f);
-#pragma GCC unroll 4
-        for (int h = 0; h < NK; ++h) acc[j][h] = V::fmadd(w[h], xb, acc[j][h]);
-      }
-    }
+    if (kw < k) chunk(kw, kw + l < k);
 #pragma GCC unroll 8
     for (int j = 0; j < RB; ++j)
 #pragma GCC unroll 4
