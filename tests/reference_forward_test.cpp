@@ -453,9 +453,8 @@ const char* kStoryText = "Once upon a time, there was a little girl named Lily. 
 //   avx512        3.7e-13           6.7e-13    1.8e-7*     4.2e-13         3.1e-13
 // (* kNmseBoundBf16 below.) float32 rounding alone gives ~1e-12 (scalar sums serially,
 // hence its larger error); 1e-10 leaves a 13x margin over the worst, and real bugs are
-// far above it: perturbing a
-// single logit by 0.05 gives 2e-7, a wrong RoPE pairing or GQA head map or a dropped
-// norm weight gives > 1e-3.
+// far above it: perturbing a single logit by 0.05 gives 2e-7, a wrong RoPE pairing or GQA
+// head map or a dropped norm weight gives > 1e-3.
 constexpr double kNmseBoundStories = 1e-10;
 constexpr double kNmseBoundSynthetic = 1e-10;
 // BF16 weights read their inputs rounded to bfloat16 (Matrix above), and an input within
