@@ -40,6 +40,10 @@ struct GemmArgs {
   // Optional: rows 0..n_batch-1 of x already converted by this table's prepare() for
   // w_type; saves gemm the conversion when several calls share the same activations.
   const void* x_prepared = nullptr;
+  // Packed float weights (F32, F16, BF16; gemm) only: bytes from one 16-row group to the
+  // next, 0 for the packed size of k columns. Larger: the first k columns of a matrix
+  // packed with more (attention's P V over the keys a block of queries sees).
+  size_t w_group_bytes = 0;
 };
 
 // P V of tiled attention with the values stored by position (quantized value caches):
@@ -117,6 +121,14 @@ struct Ops {
   // where the file layout's arithmetic is cheaper to run on packed records. r0 a multiple
   // of 16.
   void (*gemm_packed_dots)(const GemmArgs& args);
+
+  // gemm on F32, F16 or BF16 weights in the file layout (a.w_packed false) with the
+  // packed F32 gemm's arithmetic: every output one chain of fused multiply-adds over k in
+  // order, from +0, of the weights' float values. So it gives, bit for bit, what gemm
+  // gives for the same values packed as F32 records, without packing them: attention's
+  // decode (a few query rows against keys and values read once) then matches a prefill
+  // that packed them (runtime/attention.h). The lanes run across activation rows.
+  void (*gemm_chain)(const GemmArgs& args);
 
   // x[i] = exp(x[i] - max), returns the sum (exp(-inf) = 0): the unnormalized softmax that
   // tiled attention rescales block by block.

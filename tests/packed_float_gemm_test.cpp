@@ -13,6 +13,7 @@
 
 #include "kernels/bf16_dot.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kiln/tensor_type.h"
 #ifdef KILN_HAVE_AVX512BF16
 #include "kernels/x86/avx512bf16/gemm_bf16.h"
@@ -257,6 +258,115 @@ TEST(GemmPackedDots, SameBitsAsTheFileLayoutGemm) {
       }
     }
   }
+}
+
+// GemmArgs::w_group_bytes: a gemm over the first k columns of a matrix packed with K > k
+// (attention's P V over the keys a block of queries sees) gives the bits of the same gemm
+// on those k columns packed alone, on every table and float type it packs: partial
+// groups, batches of one (decode tiles) to past a prefill tile, a row range from a group
+// boundary. Without the field the gemm reads the wrong records (groups K records apart
+// taken as k apart).
+TEST(PackedFloatGemm, FirstColumnsOfAWiderPackedMatrix) {
+  std::mt19937 rng(53);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  int checked = 0;
+  for (Isa isa : available_isas()) {
+    const Ops& o = *ops_for(isa);
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+      const size_t K = 300;
+      for (size_t rows : {size_t{20}, size_t{64}, size_t{70}}) {
+        if (!o.packed_bytes(t, rows, K)) continue;
+        std::vector<uint8_t> wide;
+        std::vector<float> values;
+        random_weights(t, rows * K, rng, wide, values);
+        const auto pack = [&](const uint8_t* src, size_t k) {
+          Packed p{std::vector<uint8_t>(o.packed_bytes(t, rows, k) + 64)};
+          pack_weights(t, src, k * elem_bytes(t), rows, k, 0, rows, p.at());
+          return p;
+        };
+        Packed whole = pack(wide.data(), K);
+        for (size_t k : {size_t{2}, size_t{34}, size_t{64}, size_t{200}}) {
+          std::vector<uint8_t> narrow(rows * k * elem_bytes(t));
+          for (size_t r = 0; r < rows; ++r)
+            std::memcpy(&narrow[r * k * elem_bytes(t)], &wide[r * K * elem_bytes(t)], k * elem_bytes(t));
+          Packed alone = pack(narrow.data(), k);
+          for (size_t n_batch : {size_t{1}, size_t{3}, size_t{13}}) {
+            const size_t ldx = k + 3, ldy = rows + 5;
+            std::vector<float> x(n_batch * ldx);
+            for (float& v : x) v = dist(rng);
+            for (size_t r0 : {size_t{0}, size_t{16}}) {
+              SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " rows=" + std::to_string(rows) +
+                           " k=" + std::to_string(k) + " n_batch=" + std::to_string(n_batch) + " r0=" + std::to_string(r0));
+              std::vector<float> got(n_batch * ldy, NAN), want(n_batch * ldy, NAN);
+              GemmArgs a{t, whole.at(), 0, x.data(), ldx, got.data(), ldy, k, n_batch, r0, rows, true};
+              a.w_group_bytes = o.packed_bytes(t, 16, K);
+              o.gemm(a);
+              o.gemm({t, alone.at(), 0, x.data(), ldx, want.data(), ldy, k, n_batch, r0, rows, true});
+              for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                    << "b=" << i / ldy << " r=" << i % ldy;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0) << "no table packs float weights";
+}
+
+// Ops::gemm_chain on file-layout F32, F16 and BF16 weights gives, on every table, the
+// scalar reference's bits (each output std::fma over k in order from +0), and, where the
+// table packs F32, the packed F32 gemm's bits for the same values: what lets attention's
+// decode match a prefill that packed its keys and values. Activation rows past a vector
+// (lanes), k past a pass (256), rows from any r0, strided activations and outputs.
+TEST(GemmChain, ReferenceBitsAndThePackedF32Gemms) {
+  std::mt19937 rng(59);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const Ops& ref = *ops_for(Isa::scalar);
+  int against_packed = 0;
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+    for (size_t rows : {size_t{1}, size_t{9}, size_t{70}}) {
+      for (size_t k : {size_t{1}, size_t{7}, size_t{64}, size_t{300}}) {
+        std::vector<uint8_t> stored;
+        std::vector<float> values;
+        random_weights(t, rows * k, rng, stored, values);
+        Packed as_f32{std::vector<uint8_t>(packed::tensor_bytes(TensorType::F32, rows, k) + 64)};
+        pack_weights(TensorType::F32, values.data(), k * 4, rows, k, 0, rows, as_f32.at());
+        for (size_t n_batch : {size_t{1}, size_t{3}, size_t{8}, size_t{17}}) {
+          const size_t ldx = k + 3, ldy = rows + 5;
+          std::vector<float> x(n_batch * ldx);
+          for (float& v : x) v = dist(rng);
+          for (size_t r0 : {size_t{0}, rows / 2}) {
+            const GemmArgs base{t, stored.data(), k * elem_bytes(t), x.data(), ldx, nullptr, ldy, k, n_batch, r0, rows};
+            std::vector<float> want(n_batch * ldy, NAN);
+            GemmArgs a = base;
+            a.y = want.data();
+            ref.gemm_chain(a);
+            for (Isa isa : available_isas()) {
+              const Ops& o = *ops_for(isa);
+              SCOPED_TRACE(std::string(isa_name(isa)) + " " + type_name(t) + " rows=" + std::to_string(rows) +
+                           " k=" + std::to_string(k) + " n_batch=" + std::to_string(n_batch) + " r0=" + std::to_string(r0));
+              std::vector<float> got(n_batch * ldy, NAN);
+              a.y = got.data();
+              o.gemm_chain(a);
+              for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                    << "b=" << i / ldy << " r=" << i % ldy;
+              if (r0 % 16 || !o.packed_bytes(TensorType::F32, rows, k)) continue;
+              std::vector<float> packed_y(n_batch * ldy, NAN);
+              o.gemm({TensorType::F32, as_f32.at(), 0, x.data(), ldx, packed_y.data(), ldy, k, n_batch, r0, rows, true});
+              for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(packed_y[i]), std::bit_cast<uint32_t>(want[i]))
+                    << "packed F32 gemm b=" << i / ldy << " r=" << i % ldy;
+              ++against_packed;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(against_packed, 0) << "no table packs F32 weights";
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace kiln::kernels::bf16_dot {
 
 void reference_gemm(const GemmArgs& a) {
   constexpr size_t G = packed::kGroupRows;
-  const size_t gbytes = packed::group_bytes(TensorType::BF16, a.k);
+  const size_t gbytes = a.w_group_bytes ? a.w_group_bytes : packed::group_bytes(TensorType::BF16, a.k);
   std::vector<uint16_t> x(a.k);
   for (size_t b = 0; b < a.n_batch; ++b) {
     for (size_t i = 0; i < a.k; ++i) x[i] = activation(a.x[b * a.ldx + i]);

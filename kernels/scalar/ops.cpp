@@ -1,8 +1,7 @@
 // Reference kernels: plain loops, the ground truth every SIMD table is tested against.
 // Also the only table on non-x86 builds, so each loop is kept auto-vectorizer friendly.
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/bf16_dot.h"
@@ -99,6 +98,19 @@ void gemm_packed_dots(const GemmArgs& a) {
       float sum = 0.0f;
       for (size_t i = 0; i < a.k; ++i) sum += w[i * G] * x[i];
       a.y[b * a.ldy + r] = sum;
+    }
+  }
+}
+
+// Each output's fused multiply-adds over k in order from +0 (Ops::gemm_chain's definition).
+void gemm_chain(const GemmArgs& a) {
+  for (size_t r = a.r0; r < a.r1; ++r) {
+    const char* row = static_cast<const char*>(a.w) + r * a.w_row_bytes;
+    for (size_t b = 0; b < a.n_batch; ++b) {
+      const float* x = a.x + b * a.ldx;
+      float acc = 0.0f;
+      for (size_t i = 0; i < a.k; ++i) acc = std::fma(weight_at(a.w_type, row, i), x[i], acc);
+      a.y[b * a.ldy + r] = acc;
     }
   }
 }
@@ -281,6 +293,7 @@ const Ops kScalarOps = {
     .prepared_bytes = no_preparing,
     .prepare = no_prepare,
     .gemm_packed_dots = gemm_packed_dots,
+    .gemm_chain = gemm_chain,
     .exp_sum = exp_sum,
     .pv = pv,
     .ssm_update = ssm_update,

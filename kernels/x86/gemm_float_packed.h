@@ -72,7 +72,7 @@ class PackedFloatGemm {
   template <TensorType T, int NG, int NB>
   static void tile(const GemmArgs& a, size_t r, size_t b) {
     constexpr size_t R = packed::record_bytes(T), kVecBytes = R / kHalves;
-    const size_t gbytes = packed::group_bytes(T, a.k);
+    const size_t gbytes = a.w_group_bytes ? a.w_group_bytes : packed::group_bytes(T, a.k);
     const uint8_t* w = static_cast<const uint8_t*>(a.w) + r / G * gbytes;
     const float* x = a.x + b * a.ldx;
     F acc[NG * kHalves][NB];
@@ -106,7 +106,7 @@ class PackedFloatGemm {
   static void pair_tile(const GemmArgs& a, const void* act, size_t ldx, size_t r, size_t b) {
     using I = typename V::I;
     constexpr size_t R = packed::record_bytes(TensorType::BF16), kVecBytes = R / kHalves;
-    const size_t gbytes = packed::group_bytes(TensorType::BF16, a.k);
+    const size_t gbytes = a.w_group_bytes ? a.w_group_bytes : packed::group_bytes(TensorType::BF16, a.k);
     const uint8_t* w = static_cast<const uint8_t*>(a.w) + r / G * gbytes;
     F acc[NG * kHalves][NB];
 #pragma GCC unroll 8

@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/tables.h"
+#include "kernels/x86/gemm_chain.h"
 #include "kernels/x86/gemm_packed_dots.h"
 #include "kernels/x86/packed_entry.h"
 #include "kernels/x86/vec_traits.h"
@@ -273,6 +274,7 @@ constexpr Ops vector_table(const IsaEntries& e) {
       .prepared_bytes = P::prepared_bytes,
       .prepare = P::prepare,
       .gemm_packed_dots = gemm_packed_dots<V>,
+      .gemm_chain = gemm_chain<V>,
       .exp_sum = K::exp_sum,
       .pv = e.pv,
       .ssm_update = K::ssm_update,

@@ -69,16 +69,18 @@ Attention::Attention(const ModelConfig& c, const std::vector<uint32_t>& window, 
 }
 
 // S = Q K^T for nb query rows (x, row stride ldx) of KV head kvh against the keys of
-// positions [lo, lo + n_keys): S[b][j] is position lo + j. One gemm per run.
+// positions [lo, lo + n_keys): S[b][j] is position lo + j. One gemm per run (chain:
+// Ops::gemm_chain, the packed gemm's arithmetic; see plain()).
 void Attention::scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, size_t ldx, size_t nb, float* S,
-                          size_t lo, size_t n_keys) const {
+                          size_t lo, size_t n_keys, bool chain) const {
   const size_t head = KvCache::row_bytes(k_type_, kvh * c_.head_dim);
+  const auto gemm = chain ? ops_.gemm_chain : ops_.gemm;
   runs(l, seq, lo, lo + n_keys, [&](size_t p, const uint8_t* k, const uint8_t*, size_t n) {
     // A long run in tiles, the next one's keys asked for while this one is computed.
     for (size_t r0 = 0; r0 < n; r0 += kTileKeys) {
       const size_t r1 = std::min(n, r0 + kTileKeys);
       if (r1 < n) prefetch_keys(k + r1 * k_row_bytes_, kvh, std::min(n - r1, kTileKeys));
-      ops_.gemm({k_type_, k + head, k_row_bytes_, x, ldx, S + (p - lo), n_keys, c_.head_dim, nb, r0, r1});
+      gemm({k_type_, k + head, k_row_bytes_, x, ldx, S + (p - lo), n_keys, c_.head_dim, nb, r0, r1});
     }
   });
 }
@@ -97,58 +99,20 @@ void Attention::gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size
 // ring's second run added from tmp ([nb][head_dim]); paged: gathered first when the range
 // spans blocks, so the sum over positions runs in the same order as the contiguous one.
 void Attention::scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys,
-                         float* out, size_t ldo, float* tmp, uint8_t* gathered) const {
+                         float* out, size_t ldo, float* tmp, uint8_t* gathered, bool chain) const {
   const size_t hd = c_.head_dim, stride = v_stride(l);
+  const auto gemm = chain ? ops_.gemm_chain : ops_.gemm;
   if (kv_.gathers_runs() && !one_run(l, seq, lo, lo + n_keys)) {
     gather_values(l, seq, kvh, lo, n_keys, gathered);
-    ops_.gemm({v_type_, gathered, n_keys * elem_, S, n_keys, out, ldo, n_keys, nb, 0, hd});
+    gemm({v_type_, gathered, n_keys * elem_, S, n_keys, out, ldo, n_keys, nb, 0, hd});
     return;
   }
+  // A wrapped ring's two runs add two sums: never with chain (plain() excludes windows).
   runs(l, seq, lo, lo + n_keys, [&](size_t p, const uint8_t*, const uint8_t* v, size_t n) {
     v += kvh * hd * stride;
-    if (p == lo) return ops_.gemm({v_type_, v, stride, S, n_keys, out, ldo, n, nb, 0, hd});
+    if (p == lo) return gemm({v_type_, v, stride, S, n_keys, out, ldo, n, nb, 0, hd});
     ops_.gemm({v_type_, v, stride, S + (p - lo), n_keys, tmp, hd, n, nb, 0, hd});
     for (size_t b = 0; b < nb; ++b) ops_.add(out + b * ldo, tmp + b * hd, out + b * ldo, hd);
-  });
-}
-
-// A prefill span's Q K^T from packed keys (Ops::gemm_packed_dots): with the keys as rows
-// of the file layout and a head dimension of 64, the file tile pays a horizontal sum and
-// a scalar store for every 4 vector FMAs (1.1B Q4_0 pp512: 12% of the time in it). Same
-// bits either way, so decode (one query per head: packing would cost as much as the
-// products) keeps the file layout and a prefilled cache equals a decoded one.
-bool Attention::packs_keys(const QuerySpan& sp, uint32_t window) const {
-  return window == 0 && sp.n >= kPackKeysMinQueries && is_float_type(k_type_);
-}
-
-// Keys of head kvh at positions [lo, lo + n) into dst as packed F32 records
-// (kernels/packed.h: position lo + j is slot j % 16 of group j / 16, one record per
-// dimension; widening F16 and BF16 is exact); the last group's slots past n are zero.
-void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const {
-  const size_t hd = c_.head_dim, G = kernels::packed::kGroupRows;
-  const auto pack = [&]<class Elem>(auto widen) {
-    runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
-      for (size_t i = 0; i < m; ++i) {
-        const size_t j = p - lo + i;
-        const Elem* row = reinterpret_cast<const Elem*>(k + i * k_row_bytes_) + kvh * hd;
-        float* slot = dst + j / G * G * hd + j % G;
-        for (size_t d = 0; d < hd; ++d) slot[d * G] = widen(row[d]);
-      }
-    });
-  };
-  if (k_type_ == TensorType::F32) pack.operator()<float>([](float v) { return v; });
-  else if (k_type_ == TensorType::F16) pack.operator()<uint16_t>([](uint16_t h) { return fp16_to_f32(h); });
-  else pack.operator()<uint16_t>([](uint16_t h) { return bf16_to_f32(h); });
-  float* last = dst + n / G * G * hd;
-  if (n % G)
-    for (size_t d = 0; d < hd; ++d) std::fill(last + d * G + n % G, last + (d + 1) * G, 0.0f);
-}
-
-// Keys of head kvh as floats, [n][head_dim], for keys whose blocks span heads.
-void Attention::keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const {
-  const size_t hd = c_.head_dim;
-  runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
-    for (size_t i = 0; i < m; ++i) KvCache::decode_row(k_type_, k + i * k_row_bytes_, kvh * hd, hd, out + (p - lo + i) * hd);
   });
 }
 
@@ -209,28 +173,36 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
   const auto gathered_of = [&](int tid) {
     return gathered_.empty() ? nullptr : &gathered_[size_t(tid) * hd * n_ctx_ * elem_];
   };
-  // Keys packed for a span (packs_keys), each thread's own, for the span and KV head last packed.
+  // Keys (and, in plain chains, values) packed for a span (packs_keys), each thread's own,
+  // for the span and KV head last packed: keys in whole groups of 16 positions, then
+  // values in whole groups of 16 dimensions.
+  const bool chain = plain(l);
   size_t keys_needed = 0;
   for (const QuerySpan& sp : spans)
     if (packs_keys(sp, W)) keys_needed = std::max(keys_needed, last_key(sp, sp.pos + sp.n - 1) + 1);
-  if (keys_needed > 0) {
-    const size_t G = kernels::packed::kGroupRows, floats = (keys_needed + G - 1) / G * G * hd;
-    if (floats > keys_stride_) {
-      keys_stride_ = (std::max(keys_needed, n_ctx_) + G - 1) / G * G * hd;
-      packed_keys_.assign(size_t(pool.size()) * keys_stride_, 0.0f);
-    }
+  const auto whole_groups = [](size_t n) {
+    return (n + kernels::packed::kGroupRows - 1) / kernels::packed::kGroupRows * kernels::packed::kGroupRows;
+  };
+  if (keys_needed > packed_positions_) {
+    packed_positions_ = std::max(keys_needed, n_ctx_);
+    packed_keys_floats_ = whole_groups(packed_positions_) * hd;
+    packed_kv_.assign(size_t(pool.size()) * (packed_keys_floats_ + whole_groups(hd) * packed_positions_), 0.0f);
   }
   const auto heads = [&](int tid, int nth) {
     float* S = &scores_[size_t(tid) * kQueryBlock * n_ctx_];  // [nb][n_keys]
-    float* keys = keys_needed ? &packed_keys_[size_t(tid) * keys_stride_] : nullptr;
+    const size_t kv_floats = packed_kv_.size() / size_t(pool.size());
+    float* keys = keys_needed ? &packed_kv_[size_t(tid) * kv_floats] : nullptr;
+    float* values = keys_needed ? keys + packed_keys_floats_ : nullptr;
     const QuerySpan* packed_span = nullptr;
-    size_t packed_kvh = 0;
+    size_t packed_kvh = 0, n_packed = 0;
     for (size_t h = tid; h < c_.n_heads; h += nth) {
       const size_t kvh = h / group;
       for (const QuerySpan& sp : spans) {
         const bool pack = packs_keys(sp, W);
         if (pack && (packed_span != &sp || packed_kvh != kvh)) {
-          pack_keys(l, sp.seq, kvh, 0, last_key(sp, sp.pos + sp.n - 1) + 1, keys);
+          n_packed = last_key(sp, sp.pos + sp.n - 1) + 1;
+          pack_keys(l, sp.seq, kvh, 0, n_packed, keys);
+          if (chain) pack_values(l, sp.seq, kvh, 0, n_packed, values);
           packed_span = &sp, packed_kvh = kvh;
         }
         for (size_t b0 = 0; b0 < sp.n; b0 += kQueryBlock) {
@@ -238,11 +210,11 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
           const size_t lo = window_start(sp.pos + b0, W);  // what the block's first query sees
           const size_t n_keys = last_key(sp, sp.pos + b0 + nb - 1) + 1 - lo;  // to what its last one sees
           const size_t row0 = sp.row + b0;
-          if (pack)
-            ops_.gemm_packed_dots(
-                {TensorType::F32, keys, 0, &q[row0 * q_dim + h * hd], q_dim, S, n_keys, hd, nb, 0, n_keys, true});
-          else
-            scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys);
+          const kernels::GemmArgs qk{TensorType::F32, keys, 0, &q[row0 * q_dim + h * hd], q_dim, S, n_keys, hd, nb, 0,
+                                     n_keys, true};
+          if (pack && chain) ops_.gemm(qk);
+          else if (pack) ops_.gemm_packed_dots(qk);
+          else scores_qk(l, sp.seq, kvh, &q[row0 * q_dim + h * hd], q_dim, nb, S, lo, n_keys, chain);
           for (size_t b = 0; b < nb; ++b) {
             const size_t p = last_key(sp, sp.pos + b0 + b), first = window_start(p, W) - lo, visible = p + 1 - lo - first;
             float* row = S + b * n_keys;
@@ -254,7 +226,12 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
             else ops_.softmax(row + first, visible);
             std::fill(row + first + visible, row + n_keys, 0.0f);
           }
-          scores_v(l, sp.seq, kvh, S, nb, lo, n_keys, &out[row0 * q_dim + h * hd], q_dim, tmp_of(tid), gathered_of(tid));
+          if (pack && chain)
+            ops_.gemm({TensorType::F32, values, 0, S, n_keys, &out[row0 * q_dim + h * hd], q_dim, n_keys, nb, 0, hd,
+                       true, nullptr, n_packed * kernels::packed::record_bytes(TensorType::F32)});
+          else
+            scores_v(l, sp.seq, kvh, S, nb, lo, n_keys, &out[row0 * q_dim + h * hd], q_dim, tmp_of(tid),
+                     gathered_of(tid), chain);
         }
       }
     }
@@ -274,7 +251,7 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
       const size_t g_end = (part + 1) * group / parts;
       for (size_t g0 = part * group / parts; g0 < g_end; g0 += kQueryBlock) {
         const size_t h0 = kvh * group + g0, nh = std::min(kQueryBlock, g_end - g0);
-        scores_qk(l, sp.seq, kvh, &q[sp.row * q_dim + h0 * hd], hd, nh, S, lo, n_keys);
+        scores_qk(l, sp.seq, kvh, &q[sp.row * q_dim + h0 * hd], hd, nh, S, lo, n_keys, chain);
         for (size_t i = 0; i < nh; ++i) {
           ops_.scale(S + i * n_keys, scale, n_keys);
           if (cap > 0) soft_cap(S + i * n_keys, n_keys, cap);
@@ -282,7 +259,8 @@ void Attention::direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> sp
           if (sinks) softmax_with_sink(ops_, S + i * n_keys, n_keys, sinks[h0 + i]);
           else ops_.softmax(S + i * n_keys, n_keys);
         }
-        scores_v(l, sp.seq, kvh, S, nh, lo, n_keys, &out[sp.row * q_dim + h0 * hd], hd, tmp_of(tid), gathered_of(tid));
+        scores_v(l, sp.seq, kvh, S, nh, lo, n_keys, &out[sp.row * q_dim + h0 * hd], hd, tmp_of(tid), gathered_of(tid),
+                 chain);
       }
     }
   };

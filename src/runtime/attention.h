@@ -70,15 +70,17 @@ class Attention {
   bool one_run(size_t l, int32_t seq, size_t p0, size_t p1) const { return p1 <= p0 || kv_.run_room(l, seq, p0) >= p1 - p0; }
 
   void scores_qk(size_t l, int32_t seq, size_t kvh, const float* x, size_t ldx, size_t nb, float* S, size_t lo,
-                 size_t n_keys) const;
+                 size_t n_keys, bool chain = false) const;
   void scores_v(size_t l, int32_t seq, size_t kvh, const float* S, size_t nb, size_t lo, size_t n_keys, float* out,
-                size_t ldo, float* tmp, uint8_t* gathered) const;
+                size_t ldo, float* tmp, uint8_t* gathered, bool chain = false) const;
   void gather_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, uint8_t* dst) const;
   void prefetch(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n) const;
   void prefetch_keys(const uint8_t* k, size_t kvh, size_t n) const;  // n key rows from k
   void keys_to_f32(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* out) const;
   bool packs_keys(const QuerySpan& sp, uint32_t window) const;
   void pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const;
+  void pack_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const;
+  bool plain(size_t l) const;
 
   void direct(ThreadPool& pool, size_t l, std::span<const QuerySpan> spans, const float* q, float* out,
               const float* sinks);
@@ -101,12 +103,12 @@ class Attention {
   std::vector<float> scores_;    // [n_threads][kQueryBlock][n_ctx] attention weights (not with flash)
   std::vector<float> ring_out_;  // [n_threads][kQueryBlock][head_dim] a wrapped ring's second P V
   std::vector<uint8_t> gathered_;  // [n_threads][head_dim][n_ctx] values of several blocks (paged, not flash)
-  // A prefill span's Q K^T (not flash): each thread packs a KV head's keys once, as
-  // packed F32 weights are laid out, and its query heads' blocks read them
-  // (Ops::gemm_packed_dots: the file layout's bits).
-  static constexpr size_t kPackKeysMinQueries = 64;
-  std::vector<float> packed_keys_;  // [n_threads][keys_stride_], grown as spans need
-  size_t keys_stride_ = 0;
+  // A prefill span's Q K^T (not flash): each thread packs a KV head's keys once (and in
+  // plain chains its values), as packed F32 weights are laid out, and its query heads'
+  // blocks read them (plain()).
+  static constexpr size_t kPackKeysMinQueries = 64, kPlainMinGroup = 4;
+  std::vector<float> packed_kv_;  // per thread: keys, then values, of packed_positions_ positions
+  size_t packed_positions_ = 0, packed_keys_floats_ = 0;
   // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.
   static constexpr size_t kTileRows = 256, kTileKeys = 256;
   std::vector<float> tile_scratch_;  // [n_threads][tile_floats()]

@@ -1,0 +1,93 @@
+#pragma once
+// Ops::gemm_chain over a vector traits struct V, instantiated by each ISA's table
+// (kernels/x86/vector_ops.h) with that ISA's flags.
+//
+// Why: a prefill's attention runs Q K^T and P V as gemms on keys and values packed as F32
+// records, where every output is one FMA chain over k (kernels/x86/gemm_float_packed.h).
+// A decode step has a few query rows (the heads sharing a KV head) and reads each key and
+// value once: packing them would cost as much as the products. Here the lanes run across
+// the activation rows instead, so each output is still one chain over k in order, on the
+// file layout as stored: the same bits as the packed gemm, at the file tile's cost (one
+// vector FMA per weight element and kLanes rows).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/x86/vec_traits.h"
+
+namespace kiln::kernels::x86 {
+
+template <VectorTraits V>
+class ChainGemm {
+  using F = typename V::F;
+  static constexpr size_t W = V::kLanes;
+  static constexpr size_t kChunk = 256;  // elements of k a pass: activations [kChunk][W] stay in L1
+  static constexpr size_t kRows = 8;     // weight rows a pass: 8 independent chains
+
+  // Elements [i0, i0 + n) of a file-layout row as floats (n <= kChunk).
+  static void widen(TensorType t, const char* row, size_t i0, size_t n, float* out) {
+    if (t == TensorType::F32) {
+      const float* p = reinterpret_cast<const float*>(row) + i0;
+      for (size_t i = 0; i < n; ++i) out[i] = p[i];
+      return;
+    }
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + i0;
+    size_t i = 0;
+    if (t == TensorType::F16) {
+      for (; i + W <= n; i += W) V::store(out + i, V::from_fp16(V::load_h(h + i)));
+      if (i < n) V::store_tail(out + i, V::from_fp16(V::load_h_tail(h + i, n - i)), n - i);
+    } else {
+      for (; i + W <= n; i += W) V::store(out + i, V::from_bf16(V::load_h(h + i)));
+      if (i < n) V::store_tail(out + i, V::from_bf16(V::load_h_tail(h + i, n - i)), n - i);
+    }
+  }
+
+ public:
+  static void run(const GemmArgs& a) {
+    const size_t rows = a.r1 - a.r0;
+    if (rows == 0 || a.n_batch == 0) return;
+    alignas(64) float xt[kChunk * W];       // activations transposed: element i of row b at [i][b]
+    alignas(64) float wf[kRows * kChunk];   // kRows weight rows' elements of this pass as floats
+    thread_local std::vector<float> sums;  // [rows][W]: the chains between passes over k
+    const size_t groups = (rows + kRows - 1) / kRows;
+    if (sums.size() < groups * kRows * W) sums.resize(groups * kRows * W);
+    for (size_t b0 = 0; b0 < a.n_batch; b0 += W) {
+      const size_t nb = a.n_batch - b0 < W ? a.n_batch - b0 : W;
+      std::fill(sums.begin(), sums.begin() + groups * kRows * W, 0.0f);
+      for (size_t i0 = 0; i0 < a.k; i0 += kChunk) {
+        const size_t n = a.k - i0 < kChunk ? a.k - i0 : kChunk;
+        for (size_t i = 0; i < n; ++i)
+          for (size_t b = 0; b < W; ++b) xt[i * W + b] = b < nb ? a.x[(b0 + b) * a.ldx + i0 + i] : 0.0f;
+        for (size_t g = 0; g < groups; ++g) {
+          const size_t r = a.r0 + g * kRows, nr = a.r1 - r < kRows ? a.r1 - r : kRows;
+          for (size_t t = 0; t < kRows; ++t) {
+            if (t < nr) widen(a.w_type, static_cast<const char*>(a.w) + (r + t) * a.w_row_bytes, i0, n, wf + t * kChunk);
+            else std::fill(wf + t * kChunk, wf + t * kChunk + n, 0.0f);  // computed, never stored
+          }
+          float* s = sums.data() + g * kRows * W;
+          F acc[kRows];
+#pragma GCC unroll 8
+          for (size_t t = 0; t < kRows; ++t) acc[t] = V::load(s + t * W);
+          for (size_t i = 0; i < n; ++i) {
+            const F xv = V::load(xt + i * W);
+#pragma GCC unroll 8
+            for (size_t t = 0; t < kRows; ++t) acc[t] = V::fmadd(V::set1(wf[t * kChunk + i]), xv, acc[t]);
+          }
+#pragma GCC unroll 8
+          for (size_t t = 0; t < kRows; ++t) V::store(s + t * W, acc[t]);
+        }
+      }
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t b = 0; b < nb; ++b) a.y[(b0 + b) * a.ldy + a.r0 + r] = sums[r * W + b];
+    }
+  }
+};
+
+template <VectorTraits V>
+void gemm_chain(const GemmArgs& a) {
+  ChainGemm<V>::run(a);
+}
+
+}  // namespace kiln::kernels::x86
