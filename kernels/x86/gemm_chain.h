@@ -1,14 +1,12 @@
 #pragma once
-// Ops::gemm_chain over a vector traits struct V, instantiated by each ISA's table
-// (kernels/x86/vector_ops.h) with that ISA's flags.
-//
-// Why: a prefill's attention runs Q K^T and P V as gemms on keys and values packed as F32
-// records, where every output is one FMA chain over k (kernels/x86/gemm_float_packed.h).
-// A decode step has a few query rows (the heads sharing a KV head) and reads each key and
-// value once: packing them would cost as much as the products. Here the lanes run across
-// the activation rows instead, so each output is still one chain over k in order, on the
-// file layout as stored: the same bits as the packed gemm, at the file tile's cost (one
-// vector FMA per weight element and kLanes rows).
+// Ops::gemm_chain. A prefill's attention runs Q K^T and P V as gemms on keys and values
+// packed as F32 records, every output one FMA chain over k (gemm_float_packed.h); a decode
+// step has a few query rows (the heads sharing a KV head) and reads each key and value
+// once, so packing them would cost as much as the products. Here the lanes run across the
+// activation rows instead: each output is still one chain over k in order, on the file
+// layout as stored, with the packed gemm's bits at the file tile's cost (one vector FMA
+// per weight element and kLanes rows). Written over the vector traits V; each ISA's table
+// instantiates it (vector_ops.h).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
