@@ -106,7 +106,7 @@ class Attention {
   // A prefill span's Q K^T (not flash): each thread packs a KV head's keys once (and in
   // plain chains its values), as packed F32 weights are laid out, and its query heads'
   // blocks read them (plain()).
-  static constexpr size_t kPackKeysMinQueries = 64, kPlainMinGroup = 4;
+  static constexpr size_t kPackKeysMinQueries = 64, kPlainMinGroup = 8;
   std::vector<float> packed_kv_;  // per thread: keys, then values, of packed_positions_ positions
   size_t packed_positions_ = 0, packed_keys_floats_ = 0;
   // Tiled attention, per thread: rows are (query head, query) pairs of one KV head.

@@ -69,9 +69,11 @@ void Attention::pack_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t
 // by Ops::gemm_chain on the cache as stored for shorter spans and decode, so a query's
 // result is bit for bit the same however its tokens were batched. Where the table packs
 // F32, the cache holds float keys and transposed float values, at least kPlainMinGroup
-// query heads share a KV head (decode's lanes run across them; with fewer they would
-// idle), and no window cuts a key (a window at least the context is none). Elsewhere the
-// file tile's order everywhere (Q K^T of long spans from packed keys, gemm_packed_dots).
+// query heads share a KV head (decode's lanes run across them: 64 vector FMAs a key of
+// head dimension 64 whatever their number, against about 6 a head for the file tile, so
+// with fewer heads decode's attention would cost more), and no window cuts a key (a
+// window at least the context is none). Elsewhere the file tile's order everywhere (Q K^T
+// of long spans from packed keys, gemm_packed_dots).
 bool Attention::plain(size_t l) const {
   return ops_.packed_bytes(TensorType::F32, kernels::packed::kGroupRows, c_.head_dim) > 0 &&
          is_float_type(k_type_) && is_float_type(v_type_) && v_transposed_ &&
