@@ -7,6 +7,18 @@
 #include "kernels/packed.h"
 
 namespace kiln {
+namespace {
+
+// Runs pack.operator()<Elem>(widen) with a float cache type's element and its exact
+// widening to float (F32, F16 or BF16).
+template <class Pack>
+void with_float_elements(TensorType t, Pack&& pack) {
+  if (t == TensorType::F32) pack.template operator()<float>([](float v) { return v; });
+  else if (t == TensorType::F16) pack.template operator()<uint16_t>([](uint16_t h) { return fp16_to_f32(h); });
+  else pack.template operator()<uint16_t>([](uint16_t h) { return bf16_to_f32(h); });
+}
+
+}  // namespace
 
 // A prefill span's Q K^T from packed keys: with the keys as rows of the file layout and a
 // head dimension of 64, the file tile pays a horizontal sum and a scalar store for every
@@ -23,7 +35,7 @@ bool Attention::packs_keys(const QuerySpan& sp, uint32_t window) const {
 // dimension; widening F16 and BF16 is exact); the last group's slots past n are zero.
 void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const {
   const size_t hd = c_.head_dim, G = kernels::packed::kGroupRows;
-  const auto pack = [&]<class Elem>(auto widen) {
+  with_float_elements(k_type_, [&]<class Elem>(auto widen) {
     runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t* k, const uint8_t*, size_t m) {
       for (size_t i = 0; i < m; ++i) {
         const size_t j = p - lo + i;
@@ -32,10 +44,7 @@ void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n
         for (size_t d = 0; d < hd; ++d) slot[d * G] = widen(row[d]);
       }
     });
-  };
-  if (k_type_ == TensorType::F32) pack.operator()<float>([](float v) { return v; });
-  else if (k_type_ == TensorType::F16) pack.operator()<uint16_t>([](uint16_t h) { return fp16_to_f32(h); });
-  else pack.operator()<uint16_t>([](uint16_t h) { return bf16_to_f32(h); });
+  });
   float* last = dst + n / G * G * hd;
   if (n % G)
     for (size_t d = 0; d < hd; ++d) std::fill(last + d * G + n % G, last + (d + 1) * G, 0.0f);
@@ -48,7 +57,7 @@ void Attention::pack_keys(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n
 // groups n records apart (GemmArgs::w_group_bytes).
 void Attention::pack_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t n, float* dst) const {
   const size_t hd = c_.head_dim, G = kernels::packed::kGroupRows, stride = v_stride(l);
-  const auto pack = [&]<class Elem>(auto widen) {
+  with_float_elements(v_type_, [&]<class Elem>(auto widen) {
     runs(l, seq, lo, lo + n, [&](size_t p, const uint8_t*, const uint8_t* v, size_t m) {
       for (size_t d = 0; d < hd; ++d) {
         const Elem* row = reinterpret_cast<const Elem*>(v + (kvh * hd + d) * stride);
@@ -56,10 +65,7 @@ void Attention::pack_values(size_t l, int32_t seq, size_t kvh, size_t lo, size_t
         for (size_t i = 0; i < m; ++i) slot[i * G] = widen(row[i]);
       }
     });
-  };
-  if (v_type_ == TensorType::F32) pack.operator()<float>([](float v) { return v; });
-  else if (v_type_ == TensorType::F16) pack.operator()<uint16_t>([](uint16_t h) { return fp16_to_f32(h); });
-  else pack.operator()<uint16_t>([](uint16_t h) { return bf16_to_f32(h); });
+  });
 }
 
 // Layer l's attention in plain chains: Q K^T and P V as gemms on packed F32 keys and
