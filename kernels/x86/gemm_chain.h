@@ -17,7 +17,10 @@
 
 namespace kiln::kernels::x86 {
 
-template <VectorTraits V>
+// Halves to floats (the table's fp16_to_f32 / bf16_to_f32: VectorOps::from_halves).
+using HalvesToFloats = void (*)(const uint16_t* in, float* out, size_t n);
+
+template <VectorTraits V, HalvesToFloats kFromFp16, HalvesToFloats kFromBf16>
 class ChainGemm {
   using F = typename V::F;
   static constexpr size_t W = V::kLanes;
@@ -26,20 +29,10 @@ class ChainGemm {
 
   // Elements [i0, i0 + n) of a file-layout row as floats (n <= kChunk).
   static void widen(TensorType t, const char* row, size_t i0, size_t n, float* out) {
-    if (t == TensorType::F32) {
-      const float* p = reinterpret_cast<const float*>(row) + i0;
-      for (size_t i = 0; i < n; ++i) out[i] = p[i];
-      return;
-    }
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + i0;
-    size_t i = 0;
-    if (t == TensorType::F16) {
-      for (; i + W <= n; i += W) V::store(out + i, V::from_fp16(V::load_h(h + i)));
-      if (i < n) V::store_tail(out + i, V::from_fp16(V::load_h_tail(h + i, n - i)), n - i);
-    } else {
-      for (; i + W <= n; i += W) V::store(out + i, V::from_bf16(V::load_h(h + i)));
-      if (i < n) V::store_tail(out + i, V::from_bf16(V::load_h_tail(h + i, n - i)), n - i);
-    }
+    const uint16_t* halves = reinterpret_cast<const uint16_t*>(row) + i0;
+    if (t == TensorType::F32) std::copy_n(reinterpret_cast<const float*>(row) + i0, n, out);
+    else if (t == TensorType::F16) kFromFp16(halves, out, n);
+    else kFromBf16(halves, out, n);
   }
 
  public:
@@ -83,9 +76,9 @@ class ChainGemm {
   }
 };
 
-template <VectorTraits V>
+template <VectorTraits V, HalvesToFloats kFromFp16, HalvesToFloats kFromBf16>
 void gemm_chain(const GemmArgs& a) {
-  ChainGemm<V>::run(a);
+  ChainGemm<V, kFromFp16, kFromBf16>::run(a);
 }
 
 }  // namespace kiln::kernels::x86

@@ -274,7 +274,7 @@ constexpr Ops vector_table(const IsaEntries& e) {
       .prepared_bytes = P::prepared_bytes,
       .prepare = P::prepare,
       .gemm_packed_dots = gemm_packed_dots<V>,
-      .gemm_chain = gemm_chain<V>,
+      .gemm_chain = gemm_chain<V, K::template from_halves<V::from_fp16>, K::template from_halves<V::from_bf16>>,
       .exp_sum = K::exp_sum,
       .pv = e.pv,
       .ssm_update = K::ssm_update,
